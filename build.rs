@@ -1,0 +1,27 @@
+//! Embeds the package version and the git commit into the binary for `k3 --version`.
+use std::process::Command;
+
+fn main() {
+    let commit = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".to_string());
+    let dirty = Command::new("git")
+        .args(["status", "--porcelain", "--untracked-files=no"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| !o.stdout.is_empty())
+        .unwrap_or(false);
+    let commit = if dirty && commit != "unknown" { format!("{commit}-dirty") } else { commit };
+    println!("cargo:rustc-env=K3_GIT_COMMIT={commit}");
+    // Re-run when HEAD moves; paths that do not exist (a tarball build) are ignored by cargo.
+    println!("cargo:rerun-if-changed=.git/HEAD");
+    println!("cargo:rerun-if-changed=.git/index");
+    println!("cargo:rerun-if-changed=build.rs");
+}

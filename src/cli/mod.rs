@@ -1,0 +1,49 @@
+//! Command line (ENGINE.md §3): subcommand dispatch. Each subcommand lives in its own
+//! module and returns `Result<()>`; errors become the exit codes of ENGINE.md §3.
+
+use crate::error::{Error, Result};
+use std::ffi::OsString;
+
+const USAGE: &str = "\
+usage:
+  k3 <model_dir> [options]          run: prompt in, tokens out (also `k3 run <model_dir>`)
+  k3 inspect <model_dir> [--json]   config summary, layer map, tensor census, byte ledger
+  k3 tokenize --tok DIR [--special] (--text T | --file F)
+  k3 detokenize --tok DIR --ids 1,2,3
+  k3 pack-trunk <model_dir> <out>
+  k3 sim-cache <trace.bin> [--policy NAME]... [--capacity-gb X]...
+  k3 --help | --version | --list-presets
+";
+
+/// Runs the command line and returns the process exit code.
+pub fn main(args: Vec<OsString>) -> i32 {
+    match dispatch(args) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("k3: error: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+fn dispatch(args: Vec<OsString>) -> Result<()> {
+    let first = match args.first() {
+        None => {
+            eprint!("{USAGE}");
+            return Err(Error::invalid("no model directory or subcommand given (see k3 --help)"));
+        }
+        Some(a) => a.to_string_lossy().into_owned(),
+    };
+    // A subcommand name always wins over a directory of the same name (ENGINE.md §3).
+    match first.as_str() {
+        "--help" | "-h" | "help" => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        "--version" | "-V" => {
+            println!("k3 {} ({})", crate::VERSION, crate::GIT_COMMIT);
+            Ok(())
+        }
+        _ => Err(Error::invalid(format!("unknown subcommand or model directory `{first}` (see k3 --help)"))),
+    }
+}
