@@ -18,7 +18,11 @@ fn main() {
         .filter(|o| o.status.success())
         .map(|o| !o.stdout.is_empty())
         .unwrap_or(false);
-    let commit = if dirty && commit != "unknown" { format!("{commit}-dirty") } else { commit };
+    let commit = if dirty && commit != "unknown" {
+        format!("{commit}-dirty")
+    } else {
+        commit
+    };
     println!("cargo:rustc-env=K3_GIT_COMMIT={commit}");
     // Re-run when HEAD moves; paths that do not exist (a tarball build) are ignored by cargo.
     println!("cargo:rerun-if-changed=.git/HEAD");

@@ -52,7 +52,10 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Error { kind, message: message.into() }
+        Error {
+            kind,
+            message: message.into(),
+        }
     }
     /// Exit 2: invalid input or usage.
     pub fn invalid(message: impl Into<String>) -> Self {
@@ -72,7 +75,10 @@ impl Error {
     }
     /// Prefixes the message with `context: ` (typically a file path), keeping the class.
     pub fn context(self, context: impl fmt::Display) -> Self {
-        Error { kind: self.kind, message: format!("{context}: {}", self.message) }
+        Error {
+            kind: self.kind,
+            message: format!("{context}: {}", self.message),
+        }
     }
     /// The process exit code (ENGINE.md §3).
     pub fn exit_code(&self) -> i32 {

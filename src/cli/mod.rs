@@ -4,6 +4,8 @@
 use crate::error::{Error, Result};
 use std::ffi::OsString;
 
+pub mod args;
+
 const USAGE: &str = "\
 usage:
   k3 <model_dir> [options]          run: prompt in, tokens out (also `k3 run <model_dir>`)
@@ -30,7 +32,9 @@ fn dispatch(args: Vec<OsString>) -> Result<()> {
     let first = match args.first() {
         None => {
             eprint!("{USAGE}");
-            return Err(Error::invalid("no model directory or subcommand given (see k3 --help)"));
+            return Err(Error::invalid(
+                "no model directory or subcommand given (see k3 --help)",
+            ));
         }
         Some(a) => a.to_string_lossy().into_owned(),
     };
@@ -44,6 +48,8 @@ fn dispatch(args: Vec<OsString>) -> Result<()> {
             println!("k3 {} ({})", crate::VERSION, crate::GIT_COMMIT);
             Ok(())
         }
-        _ => Err(Error::invalid(format!("unknown subcommand or model directory `{first}` (see k3 --help)"))),
+        _ => Err(Error::invalid(format!(
+            "unknown subcommand or model directory `{first}` (see k3 --help)"
+        ))),
     }
 }

@@ -1,0 +1,198 @@
+//! A small flag parser shared by every subcommand (ENGINE.md §3): `--flag`, `--flag VALUE`
+//! and `--flag=VALUE`; a later flag overrides an earlier one; repeatable flags collect every
+//! value; unknown flags are a usage error (exit 2) naming the flag.
+
+use crate::error::{Error, Result};
+use std::ffi::OsString;
+
+/// What a subcommand accepts.
+#[derive(Debug, Clone, Copy)]
+pub enum Spec {
+    /// `--name` without a value.
+    Switch(&'static str),
+    /// `--name VALUE` (the last occurrence wins).
+    Value(&'static str),
+    /// `--name VALUE`, repeatable (every occurrence kept, in order).
+    Repeat(&'static str),
+}
+
+impl Spec {
+    fn name(&self) -> &'static str {
+        match *self {
+            Spec::Switch(n) | Spec::Value(n) | Spec::Repeat(n) => n,
+        }
+    }
+}
+
+/// Parsed arguments of one subcommand.
+#[derive(Debug, Default)]
+pub struct Args {
+    /// Positional arguments in order (anything not starting with `--`, and everything after `--`).
+    pub positional: Vec<OsString>,
+    /// (flag name without dashes, value or None for switches), in command-line order.
+    flags: Vec<(&'static str, Option<OsString>)>,
+}
+
+impl Args {
+    /// Parses `argv` (without the program and subcommand names) against `specs`.
+    ///
+    /// Errors (exit 2): an unknown flag, a value flag without a value, a switch given `=value`.
+    pub fn parse(argv: &[OsString], specs: &[Spec]) -> Result<Args> {
+        let mut out = Args::default();
+        let mut i = 0;
+        let mut only_positional = false;
+        while i < argv.len() {
+            let raw = &argv[i];
+            i += 1;
+            let text = raw.to_string_lossy();
+            if only_positional || !text.starts_with("--") || text == "-" {
+                out.positional.push(raw.clone());
+                continue;
+            }
+            if text == "--" {
+                only_positional = true;
+                continue;
+            }
+            let body = &text[2..];
+            let (name, inline) = match body.find('=') {
+                Some(eq) => (&body[..eq], Some(OsString::from(&body[eq + 1..]))),
+                None => (body, None),
+            };
+            let spec = specs.iter().find(|s| s.name() == name).ok_or_else(|| {
+                Error::invalid(format!("unknown flag `--{name}` (see k3 --help)"))
+            })?;
+            match spec {
+                Spec::Switch(n) => {
+                    if inline.is_some() {
+                        return Err(Error::invalid(format!("flag `--{n}` takes no value")));
+                    }
+                    out.flags.push((n, None));
+                }
+                Spec::Value(n) | Spec::Repeat(n) => {
+                    let value = match inline {
+                        Some(v) => v,
+                        None => {
+                            if i >= argv.len() {
+                                return Err(Error::invalid(format!("flag `--{n}` needs a value")));
+                            }
+                            i += 1;
+                            argv[i - 1].clone()
+                        }
+                    };
+                    out.flags.push((n, Some(value)));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// True if the switch `--name` was given.
+    pub fn switch(&self, name: &str) -> bool {
+        self.flags.iter().any(|(n, _)| *n == name)
+    }
+
+    /// The last value of `--name`, as UTF-8 (error naming the flag if it is not UTF-8).
+    pub fn value(&self, name: &str) -> Result<Option<String>> {
+        match self.value_os(name) {
+            None => Ok(None),
+            Some(v) => v
+                .into_string()
+                .map(Some)
+                .map_err(|_| Error::invalid(format!("flag `--{name}`: value is not valid UTF-8"))),
+        }
+    }
+
+    /// The last value of `--name` as raw OS string (paths).
+    pub fn value_os(&self, name: &str) -> Option<OsString> {
+        self.flags
+            .iter()
+            .rev()
+            .find(|(n, _)| *n == name)
+            .and_then(|(_, v)| v.clone())
+    }
+
+    /// Every value of a repeatable `--name`, in order.
+    pub fn values(&self, name: &str) -> Result<Vec<String>> {
+        self.flags
+            .iter()
+            .filter(|(n, _)| *n == name)
+            .filter_map(|(_, v)| v.clone())
+            .map(|v| {
+                v.into_string().map_err(|_| {
+                    Error::invalid(format!("flag `--{name}`: value is not valid UTF-8"))
+                })
+            })
+            .collect()
+    }
+
+    /// The last value of `--name` parsed as `T`, with an error naming the flag and the value.
+    pub fn parsed<T: std::str::FromStr>(&self, name: &str, what: &str) -> Result<Option<T>> {
+        match self.value(name)? {
+            None => Ok(None),
+            Some(v) => v
+                .trim()
+                .parse::<T>()
+                .map(Some)
+                .map_err(|_| Error::invalid(format!("flag `--{name}`: `{v}` is not {what}"))),
+        }
+    }
+
+    /// Which of the given flags appeared (for "exactly one of" checks).
+    pub fn present<'a>(&self, names: &[&'a str]) -> Vec<&'a str> {
+        names
+            .iter()
+            .copied()
+            .filter(|n| self.flags.iter().any(|(m, _)| m == n))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn later_value_wins_and_repeat_collects() {
+        let specs = [
+            Spec::Value("gen"),
+            Spec::Repeat("stop-id"),
+            Spec::Switch("json"),
+        ];
+        let a = Args::parse(
+            &os(&[
+                "dir",
+                "--gen",
+                "3",
+                "--stop-id=5",
+                "--gen=4",
+                "--stop-id",
+                "6",
+                "--json",
+            ]),
+            &specs,
+        )
+        .unwrap();
+        assert_eq!(a.positional, os(&["dir"]));
+        assert_eq!(a.value("gen").unwrap().as_deref(), Some("4"));
+        assert_eq!(a.values("stop-id").unwrap(), vec!["5", "6"]);
+        assert!(a.switch("json"));
+        assert_eq!(a.parsed::<u32>("gen", "an integer").unwrap(), Some(4));
+    }
+
+    #[test]
+    fn unknown_and_missing_values_are_usage_errors() {
+        let specs = [Spec::Value("gen")];
+        let e = Args::parse(&os(&["--bogus"]), &specs).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.message.contains("--bogus"));
+        let e = Args::parse(&os(&["--gen"]), &specs).unwrap_err();
+        assert!(e.message.contains("--gen"));
+        let a = Args::parse(&os(&["--gen", "x"]), &specs).unwrap();
+        let e = a.parsed::<u32>("gen", "an integer").unwrap_err();
+        assert!(e.message.contains("--gen") && e.message.contains("`x`"));
+    }
+}
