@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod error;
+pub mod model;
 
 pub use error::{Error, ErrorKind, Result};
 

@@ -1,0 +1,287 @@
+//! The expert-source interface: the MoE block asks for a layer's set of routed experts all at
+//! once and gets views of each expert's six MXFP4 tensors, or an error that fails the token
+//! (MODEL.md §6.7: a missing expert is never a zero contribution). [`PreadExperts`] reads them
+//! with positioned reads on every request; the streaming work puts a bounded cache behind the
+//! same trait.
+
+use crate::error::{Error, Result};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// One MXFP4 matrix (FORMATS.md §5): logical [rows, cols], `packed` [rows, cols/2] (low nibble
+/// = even column), `scales` [rows, cols/32] E8M0 bytes (never 255 once fetched).
+#[derive(Debug, Clone, Copy)]
+pub struct Mxfp4<'a> {
+    pub rows: usize,
+    pub cols: usize,
+    pub packed: &'a [u8],
+    pub scales: &'a [u8],
+}
+
+/// One routed expert: `w1` gate [I, L], `w2` down [L, I], `w3` up [I, L].
+#[derive(Debug, Clone, Copy)]
+pub struct ExpertView<'a> {
+    pub w1: Mxfp4<'a>,
+    pub w2: Mxfp4<'a>,
+    pub w3: Mxfp4<'a>,
+}
+
+/// Counters an expert source keeps (ENGINE.md §6, FORMATS.md §10 `expert_cache`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ExpertStats {
+    /// Expert requests (T × Kt per MoE layer and chunk).
+    pub requests: u64,
+    /// Requests served by an expert already resident when its layer asked.
+    pub resident_hits: u64,
+    /// Experts read from the shards.
+    pub reads: u64,
+    /// Bytes read from the shards.
+    pub bytes_read: u64,
+    /// Seconds spent reading.
+    pub read_seconds: f64,
+}
+
+/// Supplies routed experts to the MoE block.
+pub trait ExpertSource {
+    /// The largest number of distinct experts one [`ExpertSource::with_experts`] call may ask
+    /// for (at least Kt). Larger sets are split by the caller.
+    fn max_batch(&self) -> usize;
+
+    /// Records the chunk's requests of one MoE layer (T × Kt ids, positions ascending, each in
+    /// selection order — the request order of FORMATS.md §8). Counters and traces only.
+    fn note_requests(&mut self, layer: usize, requests: &[u32]);
+
+    /// Makes the experts `experts` (distinct ids) of zero-based `layer` available and calls
+    /// `f` with one view per id, in the same order. The views are valid only during the call.
+    /// A failed read (exit 4) or a corrupt expert (exit 2) is returned without calling `f`.
+    fn with_experts(
+        &mut self,
+        layer: usize,
+        experts: &[u32],
+        f: &mut dyn FnMut(&[ExpertView<'_>]) -> Result<()>,
+    ) -> Result<()>;
+
+    /// Counters so far.
+    fn stats(&self) -> ExpertStats;
+}
+
+/// Where one tensor's bytes are: shard (index into the shard table), absolute offset, length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    pub shard: usize,
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// The six tensors of one expert in the fixed order of FORMATS.md §4:
+/// w1 packed, w1 scale, w2 packed, w2 scale, w3 packed, w3 scale.
+#[derive(Debug, Clone)]
+pub struct ExpertLocation {
+    pub parts: [Extent; 6],
+    /// Full tensor names, same order (for error messages).
+    pub names: [String; 6],
+}
+
+impl ExpertLocation {
+    /// True if the six tensors form one gap-free run in one shard (then one read suffices).
+    pub fn contiguous(&self) -> bool {
+        self.parts
+            .windows(2)
+            .all(|w| w[0].shard == w[1].shard && w[0].offset + w[0].len == w[1].offset)
+    }
+    /// Total bytes of the six tensors.
+    pub fn bytes(&self) -> u64 {
+        self.parts.iter().map(|p| p.len).sum()
+    }
+}
+
+/// Geometry of the three matrices: (I, L).
+#[derive(Debug, Clone, Copy)]
+pub struct ExpertShape {
+    /// moe_intermediate_size I.
+    pub inter: usize,
+    /// routed_expert_hidden_size L.
+    pub latent: usize,
+}
+
+/// Reads every requested expert from the shards with positioned reads, into `max_batch`
+/// reusable buffers, and checks every E8M0 scale byte before use (FORMATS.md §5).
+pub struct PreadExperts {
+    shards: Vec<(PathBuf, File)>,
+    /// `[layer][expert]`; empty for dense or unbound layers.
+    locations: Vec<Vec<ExpertLocation>>,
+    shape: ExpertShape,
+    bufs: Vec<Vec<u8>>,
+    stats: ExpertStats,
+}
+
+impl PreadExperts {
+    /// `shards`: the shard table (path, open file); `locations[layer][expert]`; `max_batch`
+    /// buffers of one expert each are allocated on first use.
+    pub fn new(
+        shards: Vec<(PathBuf, File)>,
+        locations: Vec<Vec<ExpertLocation>>,
+        shape: ExpertShape,
+        max_batch: usize,
+    ) -> PreadExperts {
+        PreadExperts {
+            shards,
+            locations,
+            shape,
+            bufs: vec![Vec::new(); max_batch.max(1)],
+            stats: ExpertStats::default(),
+        }
+    }
+
+    fn read(&self, ext: Extent, dst: &mut [u8]) -> Result<()> {
+        let (path, file) = &self.shards[ext.shard];
+        read_exact_at(path, file, ext.offset, dst)
+    }
+
+    fn load(&mut self, slot: usize, layer: usize, e: u32) -> Result<()> {
+        let loc = self
+            .locations
+            .get(layer)
+            .and_then(|l| l.get(e as usize))
+            .ok_or_else(|| Error::internal(format!("layer {layer}: no expert {e} bound")))?
+            .clone();
+        let mut buf = std::mem::take(&mut self.bufs[slot]);
+        buf.resize(loc.bytes() as usize, 0);
+        let res = (|| {
+            if loc.contiguous() {
+                self.read(
+                    Extent {
+                        len: loc.bytes(),
+                        ..loc.parts[0]
+                    },
+                    &mut buf,
+                )?;
+            } else {
+                let mut off = 0usize;
+                for p in &loc.parts {
+                    self.read(*p, &mut buf[off..off + p.len as usize])?;
+                    off += p.len as usize;
+                }
+            }
+            // E8M0 255 is NaN: refuse, naming tensor, row and group (FORMATS.md §5)
+            let mut off = 0usize;
+            for (i, p) in loc.parts.iter().enumerate() {
+                if i % 2 == 1 {
+                    let groups = if i == 3 {
+                        self.shape.inter / 32
+                    } else {
+                        self.shape.latent / 32
+                    };
+                    let s = &buf[off..off + p.len as usize];
+                    if let Some((row, group)) = super::ops::e8m0_scan(s, groups) {
+                        return Err(Error::invalid(format!(
+                            "{}: row {row}, group {group}: E8M0 scale 255 (NaN)",
+                            loc.names[i]
+                        )));
+                    }
+                }
+                off += p.len as usize;
+            }
+            Ok(())
+        })();
+        self.bufs[slot] = buf;
+        res
+    }
+}
+
+impl ExpertSource for PreadExperts {
+    fn max_batch(&self) -> usize {
+        self.bufs.len()
+    }
+
+    fn note_requests(&mut self, _layer: usize, requests: &[u32]) {
+        self.stats.requests += requests.len() as u64;
+    }
+
+    fn with_experts(
+        &mut self,
+        layer: usize,
+        experts: &[u32],
+        f: &mut dyn FnMut(&[ExpertView<'_>]) -> Result<()>,
+    ) -> Result<()> {
+        if experts.len() > self.bufs.len() {
+            return Err(Error::internal(format!(
+                "expert batch of {} exceeds {} buffers",
+                experts.len(),
+                self.bufs.len()
+            )));
+        }
+        let start = Instant::now();
+        for (slot, &e) in experts.iter().enumerate() {
+            self.load(slot, layer, e)?;
+            self.stats.reads += 1;
+            self.stats.bytes_read += self.bufs[slot].len() as u64;
+        }
+        self.stats.read_seconds += start.elapsed().as_secs_f64();
+        let (i, l) = (self.shape.inter, self.shape.latent);
+        let views: Vec<ExpertView<'_>> = self.bufs[..experts.len()]
+            .iter()
+            .map(|b| expert_view(b, i, l))
+            .collect();
+        f(&views)
+    }
+
+    fn stats(&self) -> ExpertStats {
+        self.stats
+    }
+}
+
+/// Views of the six tensors of an expert laid out in the fixed order in `b`.
+pub fn expert_view(b: &[u8], inter: usize, latent: usize) -> ExpertView<'_> {
+    let p13 = inter * latent / 2;
+    let s13 = inter * latent / 32;
+    let (w1p, rest) = b.split_at(p13);
+    let (w1s, rest) = rest.split_at(s13);
+    let (w2p, rest) = rest.split_at(p13);
+    let (w2s, rest) = rest.split_at(s13);
+    let (w3p, w3s) = rest.split_at(p13);
+    ExpertView {
+        w1: Mxfp4 {
+            rows: inter,
+            cols: latent,
+            packed: w1p,
+            scales: w1s,
+        },
+        w2: Mxfp4 {
+            rows: latent,
+            cols: inter,
+            packed: w2p,
+            scales: w2s,
+        },
+        w3: Mxfp4 {
+            rows: inter,
+            cols: latent,
+            packed: w3p,
+            scales: &w3s[..s13],
+        },
+    }
+}
+
+/// Positioned read of exactly `dst.len()` bytes at `offset`; EOF or an OS error is an I/O
+/// failure naming the file and offset (exit 4: the file changed after it was indexed).
+pub fn read_exact_at(
+    path: &std::path::Path,
+    file: &File,
+    offset: u64,
+    dst: &mut [u8],
+) -> Result<()> {
+    file.read_exact_at(dst, offset).map_err(|e| {
+        let what = if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            "short read (file truncated after it was indexed?)".to_string()
+        } else {
+            e.to_string()
+        };
+        Error::io(format!(
+            "{}: reading {} bytes at offset {offset}: {what}",
+            path.display(),
+            dst.len()
+        ))
+    })
+}

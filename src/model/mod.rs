@@ -1,0 +1,288 @@
+//! The Kimi K3 model: binding (weights.rs), the forward pass of MODEL.md §6 over a chunk of
+//! positions, and the incremental decode state of §7 (state.rs).
+//!
+//! [`Model::forward`] reads top to bottom as §6.3: embedding, then per layer the pre-attention
+//! aggregation, the boundary snapshot, KDA or MLA, the pre-FFN aggregation, dense FFN or MoE;
+//! then the output aggregation, final norm and lm_head. Prefill of any chunk size, one-token
+//! decode and full recompute all run this one function, so they give the same bits (§7).
+
+pub mod attn_res;
+pub mod experts;
+pub mod ffn;
+pub mod kda;
+pub mod mla;
+pub mod moe;
+pub mod ops;
+pub mod state;
+pub mod weights;
+
+use crate::error::{Error, Result};
+use attn_res::Depth;
+use experts::{ExpertSource, Mxfp4};
+use state::{DecodeState, LayerState};
+use weights::{AttnVecs, Bf16Mat, FfnSlots, LayerWeights, Tables};
+
+/// Attention kind of a layer (MODEL.md §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AttnKind {
+    /// Kimi Delta Attention (§6.4).
+    Kda,
+    /// Gated multi-head latent attention (§6.5).
+    Mla,
+}
+
+/// Every width and constant the forward pass uses, resolved from the config (MODEL.md §1, §2.6).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dims {
+    /// hidden_size H.
+    pub h: usize,
+    /// vocab_size V.
+    pub v: usize,
+    /// num_hidden_layers NL.
+    pub nl: usize,
+    /// KDA heads Hk, head dim Dk, projection width Pk = Hk·Dk, conv kernel Kc.
+    pub hk: usize,
+    pub dk: usize,
+    pub pk: usize,
+    pub kc: usize,
+    /// MLA heads Hm, ranks Rq, Rkv, head dims Dn, Dr, Dv, Dq = Dn + Dr.
+    pub hm: usize,
+    pub rq: usize,
+    pub rkv: usize,
+    pub dn: usize,
+    pub dr: usize,
+    pub dv: usize,
+    pub dq: usize,
+    /// Experts E, top-k Kt, latent L, expert intermediate I, shared width Sw, dense width F.
+    pub e: usize,
+    pub kt: usize,
+    pub l: usize,
+    pub i: usize,
+    pub sw: usize,
+    pub f: usize,
+    /// attn_res_block_size Bs.
+    pub bs: usize,
+    /// first_k_dense_replace: layers ℓ < this are dense.
+    pub first_dense: usize,
+    /// rms_norm_eps ε, SiTU caps β1 β2, gate_lower_bound gmin, routed_scaling_factor (f64).
+    pub eps: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub gmin: f64,
+    pub rsf: f64,
+    /// sD = 1/sqrt(Dk), sQ = 1/sqrt(Dq) (f64, MODEL.md §5.1).
+    pub sd: f64,
+    pub sq: f64,
+    pub renorm: bool,
+    pub latent_norm: bool,
+    pub out_gate: bool,
+    pub tied: bool,
+    /// Attention kind per zero-based layer.
+    pub kinds: Vec<AttnKind>,
+}
+
+impl Dims {
+    /// Floats per MLA cache row: Rkv + Dr.
+    pub fn mla_row(&self) -> usize {
+        self.rkv + self.dr
+    }
+    /// The layer map as a string of `K`/`M`, zero-based order.
+    pub fn layer_map(&self) -> String {
+        self.kinds
+            .iter()
+            .map(|k| if *k == AttnKind::Kda { 'K' } else { 'M' })
+            .collect()
+    }
+}
+
+/// How the forward pass executes its matrix products (thread pool, ISA path).
+#[derive(Debug, Default)]
+pub struct Exec {}
+
+impl Exec {
+    /// y[t][r] = rnd(dot(W[r], x[t])) over `t` rows of `x`.
+    pub fn matmul(&self, w: &Bf16Mat<'_>, x: &[f32], t: usize, y: &mut [f32]) {
+        ops::matmul_bf16(w.data, w.rows, w.cols, x, t, y);
+    }
+    /// The same for an MXFP4 matrix.
+    pub fn matmul_mxfp4(&self, w: &Mxfp4<'_>, x: &[f32], t: usize, y: &mut [f32]) {
+        ops::matmul_mxfp4(w.packed, w.scales, w.rows, w.cols, x, t, y);
+    }
+}
+
+/// Supplies each bound layer's matrix buffer (resident now; a ring slot when streaming).
+pub trait TrunkSource {
+    /// The `u16` buffer holding layer `l`'s BF16 matrices at the offsets of its
+    /// [`LayerWeights`] slots. An error fails the forward.
+    fn layer_buf(&mut self, l: usize) -> Result<&[u16]>;
+}
+
+/// Every bound layer's matrices held in memory.
+#[derive(Debug, Default)]
+pub struct ResidentTrunk {
+    pub bufs: Vec<Vec<u16>>,
+}
+
+impl TrunkSource for ResidentTrunk {
+    fn layer_buf(&mut self, l: usize) -> Result<&[u16]> {
+        self.bufs
+            .get(l)
+            .map(|b| b.as_slice())
+            .ok_or_else(|| Error::internal(format!("layer {l} is not bound")))
+    }
+}
+
+/// Which logits rows a forward call returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogitRows {
+    /// None (a prefill chunk that is not the last).
+    None,
+    /// Only the last position of the chunk.
+    Last,
+    /// Every position of the chunk.
+    All,
+}
+
+/// A bound model: dimensions, per-layer weights (bound layers only) and the model tables.
+#[derive(Debug)]
+pub struct Model {
+    pub dims: Dims,
+    pub layers: Vec<LayerWeights>,
+    pub tables: Tables,
+}
+
+impl Model {
+    /// Runs positions `state.n_pos …` for `ids` through the bound layers, updating `state`,
+    /// and returns the requested logits rows, `[rows, V]`.
+    ///
+    /// Errors: an id ≥ V or a non-finite layer output or logit (exit 2, naming layer and
+    /// position), a failed trunk or expert read (from the sources). After an error the state is
+    /// unusable.
+    pub fn forward(
+        &self,
+        ex: &Exec,
+        trunk: &mut dyn TrunkSource,
+        experts: &mut dyn ExpertSource,
+        state: &mut DecodeState,
+        ids: &[u32],
+        rows: LogitRows,
+    ) -> Result<Vec<f32>> {
+        let d = &self.dims;
+        let (t, h, pos0) = (ids.len(), d.h, state.n_pos);
+        if pos0 + t > state.capacity {
+            return Err(Error::internal(format!(
+                "positions {pos0}..{} exceed the planned capacity {}",
+                pos0 + t,
+                state.capacity
+            )));
+        }
+        // §6.2 embedding
+        let mut emb = vec![0f32; t * h];
+        for (p, &id) in ids.iter().enumerate() {
+            if id as usize >= d.v {
+                return Err(Error::invalid(format!(
+                    "token id {id} at position {} is outside the vocabulary (vocab_size {})",
+                    pos0 + p,
+                    d.v
+                )));
+            }
+            let row = &self.tables.embed[id as usize * h..(id as usize + 1) * h];
+            for (e, &b) in emb[p * h..(p + 1) * h].iter_mut().zip(row) {
+                *e = ops::bf16(b);
+            }
+        }
+
+        // §6.3 decoder stack with Block AttnRes
+        let mut depth = Depth::new(emb);
+        let mut xa = vec![0f32; t * h];
+        let mut xn = vec![0f32; t * h];
+        let mut y = vec![0f32; t * h];
+        for (l, lw) in self.layers.iter().enumerate() {
+            let buf = trunk.layer_buf(l)?;
+            // 1. pre-attention aggregation (skipped while B is empty)
+            if depth.snapshots.is_empty() {
+                xa.copy_from_slice(&depth.p);
+            } else {
+                depth.agg(&lw.f_attn_res, d.eps, &mut xa);
+            }
+            // 2. boundary: snapshot, then clear
+            if l % d.bs == 0 {
+                depth.push_snapshot();
+            }
+            // 3. attention
+            ops::rmsnorm_rows(&xa, &lw.input_layernorm, d.eps, &mut xn);
+            match (&lw.attn_vecs, &mut state.layers[l]) {
+                (AttnVecs::Kda(v), LayerState::Kda(st)) => {
+                    kda::forward(ex, d, &lw.kda(buf), v, st, &xn, t, &mut y)
+                }
+                (AttnVecs::Mla(v), LayerState::Mla(c)) => {
+                    mla::forward(ex, d, &lw.mla(buf), v, c, &xn, t, pos0, &mut y)
+                }
+                _ => return Err(Error::internal(format!("layer {l}: state kind mismatch"))),
+            }
+            // 4. P = y or P + y
+            depth.add(&y);
+            // 5. pre-FFN aggregation
+            depth.agg(&lw.f_mlp_res, d.eps, &mut xa);
+            // 6. FFN
+            ops::rmsnorm_rows(&xa, &lw.post_attention_layernorm, d.eps, &mut xn);
+            match &lw.ffn {
+                FfnSlots::Dense(s) => {
+                    let (g, u, dn) = (s[0].view(buf), s[1].view(buf), s[2].view(buf));
+                    ffn::situ_mlp(ex, d, &g, &u, &dn, &xn, t, &mut y);
+                }
+                FfnSlots::Moe(..) => {
+                    let v = lw.moe_vecs.as_ref().expect("MoE layer without MoE vectors");
+                    moe::forward(ex, d, l, &lw.moe(buf), v, experts, &xn, t, pos0, &mut y)?;
+                }
+            }
+            // 7. P += f
+            depth.add(&y);
+            check_finite(&depth.p, h, pos0, |pos| {
+                format!("the output of layer {l} at position {pos}")
+            })?;
+        }
+        state.n_pos = pos0 + t;
+
+        // §6.8 output aggregation, final norm, lm_head
+        let (first, n_rows) = match rows {
+            LogitRows::None => return Ok(Vec::new()),
+            LogitRows::Last => (t - 1, 1),
+            LogitRows::All => (0, t),
+        };
+        let mut fin = vec![0f32; t * h];
+        depth.agg(&self.tables.f_output_attn_res, d.eps, &mut fin);
+        let mut n = vec![0f32; n_rows * h];
+        ops::rmsnorm_rows(&fin[first * h..], &self.tables.norm, d.eps, &mut n);
+        let head = Bf16Mat {
+            rows: d.v,
+            cols: h,
+            data: self.tables.lm_head.as_deref().unwrap_or(&self.tables.embed),
+        };
+        let mut logits = vec![0f32; n_rows * d.v];
+        ex.matmul(&head, &n, n_rows, &mut logits);
+        check_finite(&logits, d.v, pos0 + first, |pos| {
+            format!("the logits at position {pos}")
+        })?;
+        Ok(logits)
+    }
+}
+
+/// Refuses a non-finite value in `x` (`[rows, width]`, row r at position `pos0 + r`) with an
+/// exit-2 error naming what and where (MODEL.md §5.6).
+fn check_finite(
+    x: &[f32],
+    width: usize,
+    pos0: usize,
+    what: impl Fn(usize) -> String,
+) -> Result<()> {
+    if let Some(i) = x.iter().position(|v| !v.is_finite()) {
+        return Err(Error::invalid(format!(
+            "non-finite value ({}) in {} (element {}): the checkpoint is not usable",
+            x[i],
+            what(pos0 + i / width),
+            i % width
+        )));
+    }
+    Ok(())
+}
