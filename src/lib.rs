@@ -6,7 +6,10 @@
 //! the model composes kernels; streaming supplies bytes to the model; `cli` composes all.
 
 pub mod cli;
+pub mod config;
 pub mod error;
+pub mod fnv;
+pub mod json;
 pub mod model;
 
 pub use error::{Error, ErrorKind, Result};
