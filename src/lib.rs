@@ -7,6 +7,8 @@
 
 pub mod cli;
 pub mod error;
+pub mod io;
+pub mod stream;
 
 pub use error::{Error, ErrorKind, Result};
 
