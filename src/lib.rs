@@ -9,8 +9,10 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod fnv;
+pub mod io;
 pub mod json;
 pub mod model;
+pub mod stream;
 
 pub use error::{Error, ErrorKind, Result};
 

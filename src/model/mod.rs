@@ -22,14 +22,8 @@ use experts::{ExpertSource, Mxfp4};
 use state::{DecodeState, LayerState};
 use weights::{AttnVecs, Bf16Mat, FfnSlots, LayerWeights, Tables};
 
-/// Attention kind of a layer (MODEL.md §3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AttnKind {
-    /// Kimi Delta Attention (§6.4).
-    Kda,
-    /// Gated multi-head latent attention (§6.5).
-    Mla,
-}
+pub use crate::config::AttnKind;
+use crate::config::Config;
 
 /// Every width and constant the forward pass uses, resolved from the config (MODEL.md §1, §2.6).
 #[derive(Debug, Clone, PartialEq)]
@@ -82,6 +76,46 @@ pub struct Dims {
 }
 
 impl Dims {
+    /// The dimensions of a validated config (every value already checked by `config`).
+    pub fn from_config(c: &Config) -> Dims {
+        Dims {
+            h: c.hidden_size,
+            v: c.vocab_size,
+            nl: c.num_hidden_layers,
+            hk: c.kda_num_heads,
+            dk: c.kda_head_dim,
+            pk: c.derived.kda_proj_width,
+            kc: c.short_conv_kernel_size,
+            hm: c.num_attention_heads,
+            rq: c.q_lora_rank,
+            rkv: c.kv_lora_rank,
+            dn: c.qk_nope_head_dim,
+            dr: c.qk_rope_head_dim,
+            dv: c.v_head_dim,
+            dq: c.derived.mla_head_width,
+            e: c.num_experts,
+            kt: c.num_experts_per_token,
+            l: c.routed_expert_hidden_size,
+            i: c.moe_intermediate_size,
+            sw: c.derived.shared_width,
+            f: c.intermediate_size,
+            bs: c.attn_res_block_size,
+            first_dense: c.first_k_dense_replace,
+            eps: c.rms_norm_eps,
+            beta1: c.situ_beta,
+            beta2: c.situ_linear_beta,
+            gmin: c.gate_lower_bound,
+            rsf: c.routed_scaling_factor,
+            sd: c.derived.kda_query_scale,
+            sq: c.derived.mla_softmax_scale,
+            renorm: c.moe_renormalize,
+            latent_norm: c.latent_moe_use_norm,
+            out_gate: c.mla_use_output_gate,
+            tied: c.tie_word_embeddings,
+            kinds: c.layer_kinds().to_vec(),
+        }
+    }
+
     /// Floats per MLA cache row: Rkv + Dr.
     pub fn mla_row(&self) -> usize {
         self.rkv + self.dr

@@ -1,0 +1,310 @@
+//! The engine's I/O threads (ENGINE.md §5): a fixed set of workers that execute reads with
+//! blocking `pread`, so a thread waiting for the device sleeps in the kernel and the compute
+//! threads keep both cores. No busy polling anywhere.
+//!
+//! Two ways to use them:
+//! * [`IoThreads::read_batch`]: a batch of reads into caller-owned buffers (e.g. expert-cache
+//!   slots), queued in the given order (the caller sorts by file and offset) and executed up to
+//!   `threads` at a time; returns when every read has finished.
+//! * [`IoThreads::submit`]: one read into an owned [`AlignedBuf`], returning a [`ReadTicket`]
+//!   to wait on later (read-ahead: layer ℓ+1 read while layer ℓ computes).
+
+use crate::error::{Error, Result};
+use crate::io::buf::AlignedBuf;
+use crate::io::file::{IoFile, ReadDone};
+use std::collections::VecDeque;
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+struct State {
+    jobs: VecDeque<Job>,
+    shutdown: bool,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    cv: Condvar,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Jobs never run under the lock, so a poisoned lock can only come from a panic in this
+    // module's own bookkeeping; the queue itself is still consistent.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A fixed pool of I/O threads. Dropping it finishes queued reads and joins the threads.
+pub struct IoThreads {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+/// One contiguous byte range of a file.
+#[derive(Debug, Clone, Copy)]
+pub struct Extent<'f> {
+    /// The file.
+    pub file: &'f IoFile,
+    /// Absolute byte offset in the file.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: usize,
+}
+
+/// One read of a batch: the pieces of one payload and the buffer it lands in.
+///
+/// A single piece is read with one widened direct read ([`IoFile::read_window`]): `dest` must be
+/// 4096-aligned and hold `window_capacity(len)` bytes, and the payload lands at `pad`. Several
+/// pieces (an expert whose six tensors are not contiguous, FORMATS.md §4) are read buffered with
+/// `DONTNEED`, concatenated from `dest[0]` (pad 0).
+#[derive(Debug)]
+pub struct ReadRequest<'a> {
+    /// The pieces, in payload order.
+    pub pieces: Vec<Extent<'a>>,
+    /// Destination buffer.
+    pub dest: &'a mut [u8],
+    /// Set when the read has finished: where the payload landed, or the error (exit 4).
+    pub outcome: Option<Result<ReadDone>>,
+}
+
+impl ReadRequest<'_> {
+    /// Total payload bytes.
+    pub fn payload_len(&self) -> usize {
+        self.pieces.iter().map(|p| p.len).sum()
+    }
+
+    /// Performs the read on the calling thread.
+    pub fn execute(&mut self) -> Result<ReadDone> {
+        match self.pieces.as_slice() {
+            [one] => one.file.read_window(one.offset, one.len, self.dest),
+            pieces => {
+                let total = self.payload_len();
+                if self.dest.len() < total {
+                    return Err(Error::internal(format!(
+                        "read of {total} bytes in {} pieces into a {}-byte buffer",
+                        pieces.len(),
+                        self.dest.len()
+                    )));
+                }
+                let mut at = 0;
+                for p in pieces {
+                    p.file
+                        .read_uncached_at(&mut self.dest[at..at + p.len], p.offset)?;
+                    at += p.len;
+                }
+                Ok(ReadDone {
+                    pad: 0,
+                    device_bytes: total as u64,
+                    direct: false,
+                })
+            }
+        }
+    }
+}
+
+/// Counts finished jobs of one batch; the submitter waits until it reaches zero.
+struct Latch {
+    left: Mutex<usize>,
+    cv: Condvar,
+}
+
+impl Latch {
+    fn wait(&self) {
+        let mut left = lock(&self.left);
+        while *left > 0 {
+            left = self.cv.wait(left).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// Counts one job down when dropped, also if the job panicked.
+struct CountDown(Arc<Latch>);
+
+impl Drop for CountDown {
+    fn drop(&mut self) {
+        let mut left = lock(&self.0.left);
+        *left -= 1;
+        if *left == 0 {
+            self.0.cv.notify_all();
+        }
+    }
+}
+
+/// Waits for a batch when dropped, so that `read_batch` cannot return (or unwind) while a
+/// worker may still touch the caller's requests.
+struct WaitGuard(Arc<Latch>);
+
+impl Drop for WaitGuard {
+    fn drop(&mut self) {
+        self.0.wait();
+    }
+}
+
+/// A request pointer handed to a worker. Accessed only through `get` so that closures capture
+/// the whole wrapper (with its Send impl), not the raw field.
+struct RequestPtr(*mut ReadRequest<'static>);
+
+// SAFETY: the pointee is accessed by exactly one worker, and only while `read_batch` (which
+// owns the `&mut` borrow it came from) is blocked waiting for that worker to finish.
+unsafe impl Send for RequestPtr {}
+
+impl RequestPtr {
+    fn get(&self) -> *mut ReadRequest<'static> {
+        self.0
+    }
+}
+
+impl IoThreads {
+    /// Starts `threads` I/O threads (at least 1): the number of reads in flight at once. Each
+    /// thread has a small stack; they sleep on a condition variable while idle.
+    ///
+    /// Errors: exit 3 if the system refuses a thread.
+    pub fn new(threads: usize) -> Result<IoThreads> {
+        let threads = threads.max(1);
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                jobs: VecDeque::new(),
+                shutdown: false,
+            }),
+            cv: Condvar::new(),
+        });
+        let mut pool = IoThreads {
+            shared,
+            workers: Vec::with_capacity(threads),
+        };
+        for i in 0..threads {
+            let shared = Arc::clone(&pool.shared);
+            let h = std::thread::Builder::new()
+                .name(format!("k3-io-{i}"))
+                .stack_size(256 * 1024)
+                .spawn(move || worker(&shared))
+                .map_err(|e| Error::resources(format!("cannot start I/O thread {i}: {e}")))?;
+            pool.workers.push(h);
+        }
+        Ok(pool)
+    }
+
+    /// Number of I/O threads (reads in flight at most).
+    pub fn threads(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// Executes every request on the I/O threads, queued in slice order, and returns when all
+    /// have finished; each request's `outcome` is then set. Independent requests: one failing
+    /// does not stop the others (the caller decides what to publish).
+    pub fn read_batch(&self, reqs: &mut [ReadRequest<'_>]) {
+        if reqs.is_empty() {
+            return;
+        }
+        let latch = Arc::new(Latch {
+            left: Mutex::new(reqs.len()),
+            cv: Condvar::new(),
+        });
+        let guard = WaitGuard(Arc::clone(&latch));
+        {
+            let mut st = lock(&self.shared.state);
+            for r in reqs.iter_mut() {
+                let ptr = RequestPtr(r as *mut ReadRequest<'_> as *mut ReadRequest<'static>);
+                let done = CountDown(Arc::clone(&latch));
+                st.jobs.push_back(Box::new(move || {
+                    let _done = done;
+                    // SAFETY: `ptr` comes from a distinct element of `reqs`, which stays
+                    // mutably borrowed by this `read_batch` call; the call does not return
+                    // (the WaitGuard blocks, also on unwind) until `_done` has been dropped,
+                    // after the last use of `req`. The 'static lifetime is never observed
+                    // beyond that point.
+                    let req = unsafe { &mut *ptr.get() };
+                    req.outcome = Some(req.execute());
+                }));
+            }
+        }
+        self.shared.cv.notify_all();
+        drop(guard);
+    }
+
+    /// Queues one read of [offset, offset + len) of `file` into `buf` (4096-aligned, at least
+    /// `window_capacity(len)` bytes) and returns at once; [`ReadTicket::wait`] gives the buffer
+    /// back with the payload at `pad`.
+    pub fn submit(
+        &self,
+        file: Arc<IoFile>,
+        offset: u64,
+        len: usize,
+        mut buf: AlignedBuf,
+    ) -> ReadTicket {
+        let (tx, rx) = mpsc::sync_channel(1);
+        let what = format!(
+            "{}: read of {len} bytes at offset {offset}",
+            file.path().display()
+        );
+        {
+            let mut st = lock(&self.shared.state);
+            st.jobs.push_back(Box::new(move || {
+                let r = file.read_window(offset, len, &mut buf);
+                // The receiver may be gone (a failed run dropped the ticket); nothing to do.
+                let _ = tx.send((buf, r));
+            }));
+        }
+        self.shared.cv.notify_one();
+        ReadTicket { rx, what }
+    }
+}
+
+/// A read queued with [`IoThreads::submit`].
+#[derive(Debug)]
+pub struct ReadTicket {
+    rx: mpsc::Receiver<(AlignedBuf, Result<ReadDone>)>,
+    what: String,
+}
+
+impl ReadTicket {
+    /// Blocks until the read has finished; returns the buffer and where the payload is.
+    ///
+    /// Errors: the read's error (exit 4); exit 1 if the I/O thread died.
+    pub fn wait(self) -> Result<(AlignedBuf, ReadDone)> {
+        match self.rx.recv() {
+            Ok((buf, Ok(done))) => Ok((buf, done)),
+            Ok((_, Err(e))) => Err(e),
+            Err(_) => Err(Error::internal(format!(
+                "{}: the I/O thread stopped before finishing",
+                self.what
+            ))),
+        }
+    }
+}
+
+fn worker(shared: &Shared) {
+    loop {
+        let job = {
+            let mut st = lock(&shared.state);
+            loop {
+                if let Some(j) = st.jobs.pop_front() {
+                    break j;
+                }
+                if st.shutdown {
+                    return;
+                }
+                st = shared.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+        };
+        // A panicking job must not take the thread (and every later batch) with it; its
+        // CountDown still fires during unwinding. Release builds abort on panic anyway.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+    }
+}
+
+impl Drop for IoThreads {
+    fn drop(&mut self) {
+        lock(&self.shared.state).shutdown = true;
+        self.shared.cv.notify_all();
+        for h in self.workers.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+impl std::fmt::Debug for IoThreads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "IoThreads({} threads)", self.workers.len())
+    }
+}
