@@ -12,6 +12,8 @@ pub mod fnv;
 pub mod io;
 pub mod json;
 pub mod model;
+pub mod plan;
+pub mod report;
 pub mod stream;
 
 pub use error::{Error, ErrorKind, Result};

@@ -5,6 +5,7 @@ use crate::error::{Error, Result};
 use std::ffi::OsString;
 
 pub mod args;
+pub mod run;
 
 const USAGE: &str = "\
 usage:
@@ -48,6 +49,9 @@ fn dispatch(args: Vec<OsString>) -> Result<()> {
             println!("k3 {} ({})", crate::VERSION, crate::GIT_COMMIT);
             Ok(())
         }
+        "run" => run::run(&args[1..]),
+        // Anything else that is not a flag is the model directory of the main job.
+        _ if !first.starts_with('-') => run::run(&args),
         _ => Err(Error::invalid(format!(
             "unknown subcommand or model directory `{first}` (see k3 --help)"
         ))),

@@ -9,6 +9,7 @@
 pub mod attn_res;
 pub mod experts;
 pub mod ffn;
+pub mod index_tmp;
 pub mod kda;
 pub mod mla;
 pub mod moe;
@@ -300,6 +301,60 @@ impl Model {
         })?;
         Ok(logits)
     }
+}
+
+/// A model bound with every trunk layer resident and experts read on demand.
+pub struct Bound {
+    pub model: Model,
+    pub trunk: ResidentTrunk,
+    pub experts: experts::PreadExperts,
+}
+
+/// Binds the first `layers` layers and the model tables of the checkpoint behind `lookup`
+/// (MODEL.md §4): every bound tensor checked for shape and dtype and read now, except the
+/// routed experts, which are located (shape and dtype checked) and read on demand into
+/// `expert_buffers` buffers. Errors (exit 2) name the tensor.
+pub fn bind_resident(
+    lookup: &dyn weights::TensorLookup,
+    dims: Dims,
+    layers: usize,
+    expert_buffers: usize,
+) -> Result<Bound> {
+    let mut r = weights::Reader::new(lookup);
+    let mut lw = Vec::with_capacity(layers);
+    let mut bufs = Vec::with_capacity(layers);
+    let mut locs = Vec::with_capacity(layers);
+    for l in 0..layers {
+        let (w, b) = weights::bind_layer(&mut r, &dims, l)?;
+        lw.push(w);
+        bufs.push(b);
+        locs.push(if l >= dims.first_dense {
+            weights::locate_experts(&r, &dims, l)?
+        } else {
+            Vec::new()
+        });
+    }
+    let tables = weights::bind_tables(&mut r, &dims)?;
+    let files = r.into_files()?;
+    let shape = experts::ExpertShape {
+        inter: dims.i,
+        latent: dims.l,
+    };
+    Ok(Bound {
+        model: Model {
+            dims,
+            layers: lw,
+            tables,
+        },
+        trunk: ResidentTrunk { bufs },
+        experts: experts::PreadExperts::new(files, locs, shape, expert_buffers),
+    })
+}
+
+/// Bytes of one routed expert (six tensors, FORMATS.md §5).
+pub fn expert_bytes(d: &Dims) -> u64 {
+    let m = (d.i * d.l) as u64;
+    3 * (m / 2 + m / 32)
 }
 
 /// Refuses a non-finite value in `x` (`[rows, width]`, row r at position `pos0 + r`) with an

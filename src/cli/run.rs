@@ -1,0 +1,535 @@
+//! `k3 <model_dir> [options]` / `k3 run <model_dir>`: the main job (ENGINE.md §3, §6).
+//! Prompt ids in, greedy tokens out: plan the memory, bind the checkpoint, prefill in chunks,
+//! decode incrementally (or by full recompute), print the report on standard error and the
+//! generated ids on standard output, write `--out` JSON and `--dump-logits` rows.
+
+use super::args::{Args, Spec};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::model::experts::{ExpertSource, ExpertStats};
+use crate::model::state::DecodeState;
+use crate::model::{self, mla::MLA_FORM, ops, Dims, Exec, LogitRows};
+use crate::plan::{MemoryPlan, PlanInput};
+use crate::report::{RunReport, StepReport};
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+const SPECS: &[Spec] = &[
+    Spec::Value("prompt"),
+    Spec::Value("prompt-file"),
+    Spec::Value("ids"),
+    Spec::Value("tok"),
+    Spec::Value("config"),
+    Spec::Value("gen"),
+    Spec::Value("preset"),
+    Spec::Value("mem-gb"),
+    Spec::Value("trunk"),
+    Spec::Value("trunk-gb"),
+    Spec::Value("trunk-ring"),
+    Spec::Value("cache-gb"),
+    Spec::Switch("full-recompute"),
+    Spec::Switch("incremental"),
+    Spec::Value("prefill-chunk"),
+    Spec::Value("cache-policy"),
+    Spec::Value("temperature"),
+    Spec::Value("top-p"),
+    Spec::Value("top-k"),
+    Spec::Value("seed"),
+    Spec::Repeat("stop-id"),
+    Spec::Value("threads"),
+    Spec::Value("isa"),
+    Spec::Value("layers"),
+    Spec::Value("save-state"),
+    Spec::Value("load-state"),
+    Spec::Value("out"),
+    Spec::Value("dump-logits"),
+    Spec::Value("dump-cache-trace"),
+    Spec::Switch("quiet"),
+    Spec::Switch("no-progress"),
+];
+
+/// Flags of ENGINE.md §3 that belong to later work: refused, never silently ignored.
+const NOT_YET: &[(&str, &str)] = &[
+    ("mem-gb", "memory budgets"),
+    ("trunk", "packed trunks"),
+    ("trunk-gb", "trunk budgets"),
+    ("trunk-ring", "the trunk ring"),
+    ("cache-gb", "the expert cache"),
+    ("cache-policy", "the expert cache"),
+    ("top-p", "sampling"),
+    ("top-k", "sampling"),
+    ("seed", "sampling"),
+    ("save-state", "session state files"),
+    ("load-state", "session state files"),
+    ("dump-cache-trace", "expert traces"),
+    ("prompt", "the tokenizer"),
+    ("prompt-file", "the tokenizer"),
+    ("tok", "the tokenizer"),
+];
+
+/// The parsed run request.
+#[derive(Debug, Clone)]
+struct Request {
+    model_dir: PathBuf,
+    config: PathBuf,
+    ids: Vec<u32>,
+    gen: usize,
+    full_recompute: bool,
+    chunk: usize,
+    stop_ids: Vec<u32>,
+    threads: Option<usize>,
+    isa: Option<String>,
+    layers: Option<usize>,
+    out: Option<PathBuf>,
+    dump_logits: Option<PathBuf>,
+    quiet: bool,
+}
+
+fn parse_request(argv: &[OsString]) -> Result<Request> {
+    let a = Args::parse(argv, SPECS)?;
+    if a.positional.len() != 1 {
+        return Err(Error::invalid(format!(
+            "run: expected one model directory, found {} positional arguments (see k3 --help)",
+            a.positional.len()
+        )));
+    }
+    for (flag, what) in NOT_YET {
+        if a.present(&[flag]).len() == 1 {
+            return Err(Error::invalid(format!(
+                "flag `--{flag}`: not supported yet ({what} is later work)"
+            )));
+        }
+    }
+    if let Some(p) = a.value("preset")? {
+        if p != "auto" {
+            return Err(Error::invalid(format!(
+                "flag `--preset {p}`: not supported yet (budgets are later work; `auto` runs fully resident)"
+            )));
+        }
+    }
+    if let Some(t) = a.parsed::<f64>("temperature", "a number")? {
+        if t != 0.0 {
+            return Err(Error::invalid(format!(
+                "flag `--temperature {t}`: not supported yet (sampling is later work; 0 = greedy)"
+            )));
+        }
+    }
+    let model_dir = PathBuf::from(&a.positional[0]);
+    let ids_text = a.value("ids")?.ok_or_else(|| {
+        Error::invalid("run: one of --prompt, --prompt-file or --ids is required")
+    })?;
+    let ids = parse_ids(&ids_text)?;
+    let gen = a
+        .parsed::<usize>("gen", "a non-negative integer")?
+        .unwrap_or(16);
+    let chunk = a
+        .parsed::<usize>("prefill-chunk", "a positive integer")?
+        .unwrap_or(64);
+    if chunk == 0 {
+        return Err(Error::invalid("flag `--prefill-chunk`: must be at least 1"));
+    }
+    let mut stop_ids = Vec::new();
+    for s in a.values("stop-id")? {
+        stop_ids.push(
+            s.trim().parse::<u32>().map_err(|_| {
+                Error::invalid(format!("flag `--stop-id`: `{s}` is not a token id"))
+            })?,
+        );
+    }
+    let threads = a.parsed::<usize>("threads", "a positive integer")?;
+    if threads == Some(0) {
+        return Err(Error::invalid("flag `--threads`: must be at least 1"));
+    }
+    let layers = a.parsed::<usize>("layers", "a positive integer")?;
+    if layers == Some(0) {
+        return Err(Error::invalid("flag `--layers`: must be at least 1"));
+    }
+    Ok(Request {
+        config: a
+            .value_os("config")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| model_dir.join("config.json")),
+        model_dir,
+        ids,
+        gen,
+        full_recompute: a.switch("full-recompute"),
+        chunk,
+        stop_ids,
+        threads,
+        isa: a.value("isa")?,
+        layers,
+        out: a.value_os("out").map(PathBuf::from),
+        dump_logits: a.value_os("dump-logits").map(PathBuf::from),
+        quiet: a.switch("quiet"),
+    })
+}
+
+/// Parses `--ids 1,2,3` (whitespace around ids allowed; an empty list is refused).
+fn parse_ids(text: &str) -> Result<Vec<u32>> {
+    let mut ids = Vec::new();
+    for (i, part) in text.split(',').enumerate() {
+        let p = part.trim();
+        let id = p.parse::<u32>().map_err(|_| {
+            Error::invalid(format!(
+                "flag `--ids`: item {i} `{p}` is not a token id (expected comma-separated non-negative integers)"
+            ))
+        })?;
+        ids.push(id);
+    }
+    if ids.is_empty() {
+        return Err(Error::invalid("flag `--ids`: no ids given"));
+    }
+    Ok(ids)
+}
+
+/// Runs the command; the report (and `--out`) is produced also when the run fails.
+pub fn run(argv: &[OsString]) -> Result<()> {
+    let wall = Instant::now();
+    let req = parse_request(argv)?;
+    let mut rep = RunReport {
+        model_dir: req.model_dir.display().to_string(),
+        mla_form: MLA_FORM.to_string(),
+        mode: if req.full_recompute {
+            "full_recompute"
+        } else {
+            "incremental"
+        }
+        .to_string(),
+        prompt_ids: req.ids.clone(),
+        stop_reason: "error".to_string(),
+        ..RunReport::default()
+    };
+    let res = execute(&req, &mut rep, wall);
+    rep.timing.wall_seconds = wall.elapsed().as_secs_f64();
+    rep.peak_rss_bytes = crate::io::sys::peak_rss_bytes().unwrap_or(0);
+    if let Err(e) = &res {
+        rep.error = Some(e.clone());
+        rep.stop_reason = "error".to_string();
+    } else if !req.quiet {
+        eprintln!("{}", rep.summary_lines());
+    }
+    if let Some(out) = &req.out {
+        // A failed report write must not hide the run's own error.
+        let w = rep.write_json(out);
+        if res.is_ok() {
+            w?;
+        } else if let Err(we) = w {
+            eprintln!("k3: {we}");
+        }
+    }
+    res
+}
+
+/// Logits rows written by `--dump-logits` (little-endian f32, row-major [rows, V]).
+struct Dump {
+    path: PathBuf,
+    w: Option<std::io::BufWriter<std::fs::File>>,
+}
+
+impl Dump {
+    fn open(path: &Option<PathBuf>) -> Result<Dump> {
+        let w = match path {
+            None => None,
+            Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(
+                |e| {
+                    Error::invalid(format!(
+                        "{}: cannot create the logits dump: {e}",
+                        p.display()
+                    ))
+                },
+            )?)),
+        };
+        Ok(Dump {
+            path: path.clone().unwrap_or_default(),
+            w,
+        })
+    }
+    fn rows(&mut self, x: &[f32]) -> Result<()> {
+        if let Some(w) = &mut self.w {
+            let mut b = Vec::with_capacity(x.len() * 4);
+            for v in x {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+            w.write_all(&b)
+                .map_err(|e| Error::io(format!("{}: {e}", self.path.display())))?;
+        }
+        Ok(())
+    }
+    fn finish(&mut self) -> Result<()> {
+        if let Some(w) = &mut self.w {
+            w.flush()
+                .map_err(|e| Error::io(format!("{}: {e}", self.path.display())))?;
+        }
+        Ok(())
+    }
+}
+
+fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
+    let quiet = req.quiet;
+    let say = |s: &str| {
+        if !quiet {
+            eprintln!("{s}");
+        }
+    };
+    let cfg = Config::from_file(&req.config)?;
+    let d = Dims::from_config(&cfg);
+    rep.config_shape = cfg.shape.as_str().to_string();
+    rep.config_fingerprint = cfg.fingerprint(crate::config::MlaForm::Absorbed);
+    rep.layers = d.nl;
+    let layers = req.layers.unwrap_or(d.nl);
+    if layers > d.nl {
+        return Err(Error::invalid(format!(
+            "flag `--layers {layers}`: the model has {} layers",
+            d.nl
+        )));
+    }
+    rep.layers_bound = layers;
+    // Input checks before any work (exit 2).
+    for (p, &id) in req.ids.iter().enumerate() {
+        if id as usize >= d.v {
+            return Err(Error::invalid(format!(
+                "flag `--ids`: id {id} at position {p} is outside the vocabulary (vocab_size {} in {})",
+                d.v,
+                req.config.display()
+            )));
+        }
+    }
+    let positions = req.ids.len() + req.gen;
+    if let Some(maxp) = cfg.max_position_embeddings {
+        if positions as u64 > maxp {
+            return Err(Error::invalid(format!(
+                "prompt ({} ids) + --gen {} = {positions} positions exceeds max_position_embeddings {maxp} of {}",
+                req.ids.len(),
+                req.gen,
+                req.config.display()
+            )));
+        }
+    }
+    let mut stop_ids = req.stop_ids.clone();
+    if let Some(eos) = cfg.eos_token_id {
+        if (eos as usize) < d.v {
+            stop_ids.push(eos as u32);
+        }
+    }
+    let ex = Exec::default();
+    rep.isa = req.isa.clone().unwrap_or_else(|| "scalar".to_string());
+    rep.threads = req.threads.unwrap_or(1);
+
+    say(&format!(
+        "config: {}, hidden {}, {} layers ({} KDA, {} MLA; map {}), vocab {}, {} experts top-{} + {} shared, latent {}, AttnRes block {}{}",
+        rep.config_shape,
+        d.h,
+        d.nl,
+        cfg.derived.n_kda,
+        cfg.derived.n_mla,
+        d.layer_map(),
+        d.v,
+        d.e,
+        d.kt,
+        cfg.num_shared_experts,
+        d.l,
+        d.bs,
+        if layers < d.nl {
+            format!("; binding the first {layers} layers")
+        } else {
+            String::new()
+        }
+    ));
+
+    // Index, plan (exit 3 before allocating), bind.
+    let t_load = Instant::now();
+    let index = model::index_tmp::HeaderIndex::open(&req.model_dir)?;
+    let want_all = req.dump_logits.is_some() || req.gen == 0;
+    let expert_buffers = d.kt;
+    let mut plan = MemoryPlan::resident(
+        &d,
+        &PlanInput {
+            layers,
+            positions,
+            chunk: req.chunk.min(positions.max(1)),
+            logits_rows: if want_all { req.chunk } else { 1 },
+            expert_buffers,
+            expert_bytes: model::expert_bytes(&d),
+            tensor_index: index.headers.iter().map(|h| h.len() as u64 * 2).sum(),
+            tokenizer: 0,
+        },
+    );
+    plan.available = crate::io::sys::memory_available().available();
+    say(&plan.lines());
+    rep.plan = Some(plan.clone());
+    plan.check()?;
+    let mut bound = model::bind_resident(&index, d.clone(), layers, expert_buffers)?;
+    rep.weights_tag = Some(weights_tag(&index));
+    rep.trunk_bytes = plan.trunk_resident;
+    rep.expert_slots = expert_buffers;
+    rep.expert_slot_bytes = model::expert_bytes(&d);
+    rep.timing.load_seconds = t_load.elapsed().as_secs_f64();
+    say(&format!(
+        "trunk: resident, {layers}/{} layers pinned ({}), buffered pread, deterministic trunk hit rate 100 %",
+        d.nl,
+        crate::plan::gb(plan.trunk_resident)
+    ));
+    say(&format!(
+        "experts: read on demand with pread into {expert_buffers} buffers x {} B (no cache yet)",
+        model::expert_bytes(&d)
+    ));
+
+    let mut state = DecodeState::new(&d, layers, positions.max(1));
+    let mut dump = Dump::open(&req.dump_logits)?;
+    let mut hash = ops::FNV_OFFSET;
+    let mut out = std::io::stdout();
+    let v = d.v;
+    let m = &bound.model;
+
+    // Runs `ids` from a fresh or continued state in prefill chunks; returns the requested rows.
+    let forward_chunks = |state: &mut DecodeState,
+                          trunk: &mut model::ResidentTrunk,
+                          experts: &mut model::experts::PreadExperts,
+                          ids: &[u32],
+                          all: bool|
+     -> Result<Vec<f32>> {
+        let n_chunks = ids.len().div_ceil(req.chunk);
+        let mut rows = Vec::new();
+        for (ci, ch) in ids.chunks(req.chunk).enumerate() {
+            let last = ci + 1 == n_chunks;
+            let want = if all {
+                LogitRows::All
+            } else if last {
+                LogitRows::Last
+            } else {
+                LogitRows::None
+            };
+            rows.extend(m.forward(&ex, trunk, experts, state, ch, want)?);
+        }
+        Ok(rows)
+    };
+
+    // Prefill (the first full-recompute step is the same forward).
+    let t_pre = Instant::now();
+    let s0 = bound.experts.stats();
+    let rows = forward_chunks(
+        &mut state,
+        &mut bound.trunk,
+        &mut bound.experts,
+        &req.ids,
+        want_all,
+    )?;
+    rep.timing.prefill_seconds = t_pre.elapsed().as_secs_f64();
+    rep.layers_completed = layers;
+    if want_all {
+        dump.rows(&rows)?;
+    }
+    say(&format!(
+        "prefill: {} positions in {} chunks of up to {}, {:.3} s",
+        req.ids.len(),
+        req.ids.len().div_ceil(req.chunk),
+        req.chunk,
+        rep.timing.prefill_seconds
+    ));
+    if req.gen == 0 {
+        // Teacher-forced forward: every row is hashed (documented in the report).
+        for r in rows.chunks(v) {
+            hash = ops::fnv1a64_f32(hash, r);
+            rep.logits_hashed += 1;
+        }
+        rep.stop_reason = "length".to_string();
+    }
+    let mut logits = rows[rows.len() - v.min(rows.len())..].to_vec();
+    let mut step_secs = rep.timing.prefill_seconds;
+    let mut step_stats = diff(bound.experts.stats(), s0);
+    let mut full = req.ids.clone();
+    let mut printed = false;
+    for step in 0..req.gen {
+        // The forward refused non-finite logits, so the argmax is over finite values.
+        let tok = ops::argmax(&logits) as u32;
+        hash = ops::fnv1a64_f32(hash, &logits);
+        rep.logits_hashed += 1;
+        rep.generated_ids.push(tok);
+        full.push(tok);
+        rep.steps.push(StepReport {
+            token_id: tok,
+            seconds: step_secs,
+            logits_fnv1a64: ops::fnv1a64_f32(ops::FNV_OFFSET, &logits),
+            experts: step_stats,
+        });
+        let _ = write!(out, "{}{tok}", if printed { "," } else { "" });
+        let _ = out.flush();
+        printed = true;
+        if !quiet {
+            eprintln!("{}", rep.step_line(step));
+        }
+        if stop_ids.contains(&tok) {
+            rep.stop_reason = if req.stop_ids.contains(&tok) {
+                "stop_id"
+            } else {
+                "end_of_turn"
+            }
+            .to_string();
+            break;
+        }
+        if step + 1 == req.gen {
+            rep.stop_reason = "length".to_string();
+            break;
+        }
+        let t = Instant::now();
+        let s = bound.experts.stats();
+        logits = if req.full_recompute {
+            state.reset();
+            forward_chunks(
+                &mut state,
+                &mut bound.trunk,
+                &mut bound.experts,
+                &full,
+                false,
+            )?
+        } else {
+            m.forward(
+                &ex,
+                &mut bound.trunk,
+                &mut bound.experts,
+                &mut state,
+                &[tok],
+                LogitRows::Last,
+            )?
+        };
+        dump.rows(&logits)?;
+        step_secs = t.elapsed().as_secs_f64();
+        rep.timing.decode_seconds += step_secs;
+        step_stats = diff(bound.experts.stats(), s);
+    }
+    if printed {
+        let _ = writeln!(out);
+    }
+    dump.finish()?;
+    rep.logits_hash = hash;
+    rep.experts = bound.experts.stats();
+    rep.timing.wall_seconds = wall.elapsed().as_secs_f64();
+    Ok(())
+}
+
+fn diff(a: ExpertStats, b: ExpertStats) -> ExpertStats {
+    ExpertStats {
+        requests: a.requests - b.requests,
+        resident_hits: a.resident_hits - b.resident_hits,
+        reads: a.reads - b.reads,
+        bytes_read: a.bytes_read - b.bytes_read,
+        read_seconds: a.read_seconds - b.read_seconds,
+    }
+}
+
+/// Weights tag (FORMATS.md §9.1): FNV-1a-64 over the header bytes of every shard, in
+/// byte-wise file-name order.
+fn weights_tag(index: &model::index_tmp::HeaderIndex) -> u64 {
+    let mut h = crate::fnv::FNV_OFFSET;
+    for b in &index.headers {
+        h = crate::fnv::fnv1a64_continue(h, b);
+    }
+    h
+}
+
+/// True if `dir` looks like a model directory (for the dispatcher).
+pub fn is_model_dir(p: &Path) -> bool {
+    p.is_dir()
+}
