@@ -1,0 +1,1 @@
+//! Gate battery (placeholder until the battery lands).
