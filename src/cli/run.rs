@@ -8,9 +8,10 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::model::experts::{ExpertSource, ExpertStats};
 use crate::model::state::DecodeState;
-use crate::model::{self, mla::MLA_FORM, ops, Dims, Exec, LogitRows};
+use crate::model::{self, mla::MLA_FORM, Dims, Exec, LogitRows};
 use crate::plan::{MemoryPlan, PlanInput};
 use crate::report::{RunReport, StepReport};
+use k3_kernels::{Fnv1a64, Isa, Kernels};
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -313,9 +314,19 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
             stop_ids.push(eos as u32);
         }
     }
-    let ex = Exec::default();
-    rep.isa = req.isa.clone().unwrap_or_else(|| "scalar".to_string());
-    rep.threads = req.threads.unwrap_or(1);
+    // --isa / --threads win over K3_ISA / K3_THREADS (ENGINE.md §3)
+    let isa = match &req.isa {
+        Some(v) => Isa::select("--isa", v),
+        None => Isa::from_env(),
+    }
+    .map_err(|e| Error::invalid(e.message))?;
+    let threads = match req.threads {
+        Some(n) => n,
+        None => k3_kernels::pool::threads_from_env().map_err(|e| Error::invalid(e.message))?,
+    };
+    let ex = Exec::new(Kernels::new(isa, threads).map_err(|e| Error::invalid(e.message))?);
+    rep.isa = ex.isa().name().to_string();
+    rep.threads = ex.threads();
 
     say(&format!(
         "config: {}, hidden {}, {} layers ({} KDA, {} MLA; map {}), vocab {}, {} experts top-{} + {} shared, latent {}, AttnRes block {}{}",
@@ -336,6 +347,10 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
         } else {
             String::new()
         }
+    ));
+    say(&format!(
+        "compute: {} path, {} threads",
+        rep.isa, rep.threads
     ));
 
     // Index, plan (exit 3 before allocating), bind.
@@ -378,7 +393,7 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
 
     let mut state = DecodeState::new(&d, layers, positions.max(1));
     let mut dump = Dump::open(&req.dump_logits)?;
-    let mut hash = ops::FNV_OFFSET;
+    let mut hash = Fnv1a64::new();
     let mut out = std::io::stdout();
     let v = d.v;
     let m = &bound.model;
@@ -431,7 +446,7 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
     if req.gen == 0 {
         // Teacher-forced forward: every row is hashed (documented in the report).
         for r in rows.chunks(v) {
-            hash = ops::fnv1a64_f32(hash, r);
+            hash.update_f32(r);
             rep.logits_hashed += 1;
         }
         rep.stop_reason = "length".to_string();
@@ -443,15 +458,17 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
     let mut printed = false;
     for step in 0..req.gen {
         // The forward refused non-finite logits, so the argmax is over finite values.
-        let tok = ops::argmax(&logits) as u32;
-        hash = ops::fnv1a64_f32(hash, &logits);
+        let tok = k3_kernels::argmax(&logits)
+            .ok_or_else(|| Error::internal("argmax over empty or NaN logits"))?
+            as u32;
+        hash.update_f32(&logits);
         rep.logits_hashed += 1;
         rep.generated_ids.push(tok);
         full.push(tok);
         rep.steps.push(StepReport {
             token_id: tok,
             seconds: step_secs,
-            logits_fnv1a64: ops::fnv1a64_f32(ops::FNV_OFFSET, &logits),
+            logits_fnv1a64: k3_kernels::fnv1a64_f32(&logits),
             experts: step_stats,
         });
         let _ = write!(out, "{}{tok}", if printed { "," } else { "" });
@@ -503,7 +520,7 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
         let _ = writeln!(out);
     }
     dump.finish()?;
-    rep.logits_hash = hash;
+    rep.logits_hash = hash.finish();
     rep.experts = bound.experts.stats();
     rep.timing.wall_seconds = wall.elapsed().as_secs_f64();
     Ok(())

@@ -1,7 +1,7 @@
 //! Block Attention Residuals (MODEL.md §6.1 Agg, §6.3): the depth-softmax over the block
 //! snapshots and the running block sum, per position of a chunk.
 
-use super::ops;
+use super::Exec;
 
 /// Per-position depth state of a chunk: snapshots B (oldest first) and the running sum P,
 /// each `[T, H]`.
@@ -32,26 +32,24 @@ impl Depth {
     }
 
     /// P = y if P is empty, else P[d] = rnd(P[d] + y[d]) (MODEL.md §6.3 steps 4 and 7).
-    pub fn add(&mut self, y: &[f32]) {
+    pub fn add(&mut self, ex: &Exec, y: &[f32]) {
         if self.p_empty {
             self.p.copy_from_slice(y);
             self.p_empty = false;
         } else {
-            for (p, &v) in self.p.iter_mut().zip(y) {
-                *p = ops::rnd(*p as f64 + v as f64);
-            }
+            ex.add(&mut self.p, y);
         }
     }
 
     /// out = Agg(B ++ [P]; f) for every position (P must not be empty), `out` [T, H].
-    pub fn agg(&self, f: &[f32], eps: f64, out: &mut [f32]) {
+    pub fn agg(&self, ex: &Exec, f: &[f32], eps: f64, out: &mut [f32]) {
         let h = f.len();
         let t = self.p.len() / h;
         for pos in 0..t {
             let r = pos * h..(pos + 1) * h;
             let mut src: Vec<&[f32]> = self.snapshots.iter().map(|s| &s[r.clone()]).collect();
             src.push(&self.p[r.clone()]);
-            ops::agg(&src, f, eps, &mut out[r]);
+            ex.attn_res_agg(&src, f, eps, &mut out[r]);
         }
     }
 }

@@ -10,17 +10,10 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::time::Instant;
 
-/// One MXFP4 matrix (FORMATS.md §5): logical [rows, cols], `packed` [rows, cols/2] (low nibble
-/// = even column), `scales` [rows, cols/32] E8M0 bytes (never 255 once fetched).
-#[derive(Debug, Clone, Copy)]
-pub struct Mxfp4<'a> {
-    pub rows: usize,
-    pub cols: usize,
-    pub packed: &'a [u8],
-    pub scales: &'a [u8],
-}
+pub use k3_kernels::Mxfp4;
 
-/// One routed expert: `w1` gate [I, L], `w2` down [L, I], `w3` up [I, L].
+/// One routed expert: `w1` gate [I, L], `w2` down [L, I], `w3` up [I, L] (validated MXFP4:
+/// shapes checked, no E8M0 255).
 #[derive(Debug, Clone, Copy)]
 pub struct ExpertView<'a> {
     pub w1: Mxfp4<'a>,
@@ -165,25 +158,6 @@ impl PreadExperts {
                     off += p.len as usize;
                 }
             }
-            // E8M0 255 is NaN: refuse, naming tensor, row and group (FORMATS.md §5)
-            let mut off = 0usize;
-            for (i, p) in loc.parts.iter().enumerate() {
-                if i % 2 == 1 {
-                    let groups = if i == 3 {
-                        self.shape.inter / 32
-                    } else {
-                        self.shape.latent / 32
-                    };
-                    let s = &buf[off..off + p.len as usize];
-                    if let Some((row, group)) = super::ops::e8m0_scan(s, groups) {
-                        return Err(Error::invalid(format!(
-                            "{}: row {row}, group {group}: E8M0 scale 255 (NaN)",
-                            loc.names[i]
-                        )));
-                    }
-                }
-                off += p.len as usize;
-            }
             Ok(())
         })();
         self.bufs[slot] = buf;
@@ -221,10 +195,11 @@ impl ExpertSource for PreadExperts {
         }
         self.stats.read_seconds += start.elapsed().as_secs_f64();
         let (i, l) = (self.shape.inter, self.shape.latent);
-        let views: Vec<ExpertView<'_>> = self.bufs[..experts.len()]
-            .iter()
-            .map(|b| expert_view(b, i, l))
-            .collect();
+        let mut views = Vec::with_capacity(experts.len());
+        for (b, &e) in self.bufs.iter().zip(experts) {
+            let names = &self.locations[layer][e as usize].names;
+            views.push(expert_view(b, i, l, names)?);
+        }
         f(&views)
     }
 
@@ -233,35 +208,38 @@ impl ExpertSource for PreadExperts {
     }
 }
 
-/// Views of the six tensors of an expert laid out in the fixed order in `b`.
-pub fn expert_view(b: &[u8], inter: usize, latent: usize) -> ExpertView<'_> {
+/// Validated views of the six tensors of an expert laid out in the fixed order in `b`
+/// (FORMATS.md §4): every E8M0 scale byte is checked; a 255 is an error naming the tensor
+/// (`names`, the six tensor names), the row and the group (exit 2, FORMATS.md §5).
+pub fn expert_view<'a>(
+    b: &'a [u8],
+    inter: usize,
+    latent: usize,
+    names: &[String; 6],
+) -> Result<ExpertView<'a>> {
     let p13 = inter * latent / 2;
     let s13 = inter * latent / 32;
+    if b.len() != 3 * (p13 + s13) {
+        return Err(Error::internal(format!(
+            "{}: expert buffer of {} bytes, expected {}",
+            names[0],
+            b.len(),
+            3 * (p13 + s13)
+        )));
+    }
     let (w1p, rest) = b.split_at(p13);
     let (w1s, rest) = rest.split_at(s13);
     let (w2p, rest) = rest.split_at(p13);
     let (w2s, rest) = rest.split_at(s13);
     let (w3p, w3s) = rest.split_at(p13);
-    ExpertView {
-        w1: Mxfp4 {
-            rows: inter,
-            cols: latent,
-            packed: w1p,
-            scales: w1s,
-        },
-        w2: Mxfp4 {
-            rows: latent,
-            cols: inter,
-            packed: w2p,
-            scales: w2s,
-        },
-        w3: Mxfp4 {
-            rows: inter,
-            cols: latent,
-            packed: w3p,
-            scales: &w3s[..s13],
-        },
-    }
+    let m = |p, s, rows, cols, name: &String| {
+        Mxfp4::new(p, s, rows, cols).map_err(|e| Error::invalid(format!("{name}: {}", e.message)))
+    };
+    Ok(ExpertView {
+        w1: m(w1p, w1s, inter, latent, &names[1])?,
+        w2: m(w2p, w2s, latent, inter, &names[3])?,
+        w3: m(w3p, w3s, inter, latent, &names[5])?,
+    })
 }
 
 /// Positioned read of exactly `dst.len()` bytes at `offset`; EOF or an OS error is an I/O

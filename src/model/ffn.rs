@@ -1,7 +1,6 @@
 //! The SiTU-GLU MLP (MODEL.md §6.6): the dense FFN of the first `first_k_dense_replace`
 //! layers and the fused shared experts of a MoE layer (§6.7 step 9).
 
-use super::ops;
 use super::weights::Bf16Mat;
 use super::{Dims, Exec};
 
@@ -13,15 +12,15 @@ pub fn situ_mlp(
     up: &Bf16Mat<'_>,
     down: &Bf16Mat<'_>,
     x: &[f32],
-    t: usize,
     out: &mut [f32],
 ) {
+    let t = x.len() / d.h;
     let w = gate.rows;
     let mut a = vec![0f32; t * w];
     let mut b = vec![0f32; t * w];
-    ex.matmul(gate, x, t, &mut a);
-    ex.matmul(up, x, t, &mut b);
+    ex.matmul(gate, x, &mut a);
+    ex.matmul(up, x, &mut b);
     let mut hh = vec![0f32; t * w];
-    ops::situ_glu(&a, &b, d.beta1, d.beta2, &mut hh);
-    ex.matmul(down, &hh, t, out);
+    ex.situ_glu(&a, &b, d.beta1, d.beta2, &mut hh);
+    ex.matmul(down, &hh, out);
 }

@@ -2,7 +2,6 @@
 //! on every path. The chunk's cache rows `[normalised latent | k_pe]` are written at their
 //! absolute slots first; query t then attends over slots 0 … t.
 
-use super::ops;
 use super::state::MlaCache;
 use super::weights::{MlaMats, MlaVecs};
 use super::{Dims, Exec};
@@ -12,6 +11,7 @@ pub const MLA_FORM: &str = "absorbed";
 
 /// Runs the MLA layer on `x` ([T, H], RMS-normed) for positions `pos0 … pos0+T−1`, writing
 /// those cache rows, and writes `out` ([T, H]). The cache must hold `pos0 + T` rows.
+/// Threads split heads.
 #[allow(clippy::too_many_arguments)]
 pub fn forward(
     ex: &Exec,
@@ -20,65 +20,73 @@ pub fn forward(
     v: &MlaVecs,
     cache: &mut MlaCache,
     x: &[f32],
-    t: usize,
     pos0: usize,
     out: &mut [f32],
 ) {
+    let t = x.len() / d.h;
     let row = d.mla_row();
     let (hm, dq, dn, dv, rkv) = (d.hm, d.dq, d.dn, d.dv, d.rkv);
-    // 1. query: low-rank, norm (eps 1e-6), up
+    // 1. query: low rank, RMSNorm with eps 1e-6 (the official norm's default), up
     let mut cq = vec![0f32; t * d.rq];
-    ex.matmul(&m.q_a_proj, x, t, &mut cq);
+    ex.matmul(&m.q_a_proj, x, &mut cq);
     let mut cqn = vec![0f32; t * d.rq];
-    ops::rmsnorm_rows(&cq, &v.q_a_layernorm, 1e-6, &mut cqn);
+    ex.rmsnorm(&cq, &v.q_a_layernorm, 1e-6, &mut cqn);
     let mut qall = vec![0f32; t * hm * dq];
-    ex.matmul(&m.q_b_proj, &cqn, t, &mut qall);
+    ex.matmul(&m.q_b_proj, &cqn, &mut qall);
 
-    // 2. latent + k_pe; only the latent is normed (eps 1e-6); rows go to slots pos0 …
+    // 2. [latent | k_pe]; only the latent is normed (eps 1e-6); rows go to slots pos0 …
     let mut c = vec![0f32; t * row];
-    ex.matmul(&m.kv_a_proj_with_mqa, x, t, &mut c);
+    ex.matmul(&m.kv_a_proj_with_mqa, x, &mut c);
     for p in 0..t {
         let src = &c[p * row..(p + 1) * row];
         let dst = &mut cache.rows[(pos0 + p) * row..(pos0 + p + 1) * row];
-        ops::rmsnorm_rows(&src[..rkv], &v.kv_a_layernorm, 1e-6, &mut dst[..rkv]);
+        ex.rmsnorm(&src[..rkv], &v.kv_a_layernorm, 1e-6, &mut dst[..rkv]);
         dst[rkv..].copy_from_slice(&src[rkv..]);
     }
 
-    // 4. attention per position and head (absorbed form)
-    let kvb = m.kv_b_proj;
-    let mut o = vec![0f32; t * hm * dv];
-    let mut qcat = vec![0f32; row];
-    let mut obar = vec![0f32; rkv];
-    for p in 0..t {
-        let n = pos0 + p + 1;
-        let mut scores = vec![0f64; n];
-        for h in 0..hm {
-            let qh = &qall[p * hm * dq + h * dq..p * hm * dq + (h + 1) * dq];
-            let kb0 = h * (dn + dv) * rkv;
-            let w_kb = &kvb.data[kb0..kb0 + dn * rkv];
-            ops::seqsum_rows_bf16(w_kb, rkv, &qh[..dn], &mut qcat[..rkv]);
-            qcat[rkv..].copy_from_slice(&qh[dn..]);
-            for (s, sc) in scores.iter_mut().enumerate() {
-                *sc = ops::dot(&qcat, &cache.rows[s * row..(s + 1) * row]) * d.sq;
+    // 3-4. attention per head (absorbed form), no rotation; heads in parallel
+    let kvb = m.kv_b_proj.data;
+    let rows = &cache.rows[..(pos0 + t) * row];
+    let mut by_head = vec![0f32; hm * t * dv]; // [head][position][Dv]
+    ex.pool().for_each_chunk(&mut by_head, t * dv, |h, oh| {
+        let kb0 = h * (dn + dv) * rkv;
+        let w_kb = &kvb[kb0..kb0 + dn * rkv];
+        let w_v = &kvb[kb0 + dn * rkv..kb0 + (dn + dv) * rkv];
+        let mut qcat = vec![0f32; row];
+        let mut coef = vec![0f64; dn];
+        let mut obar = vec![0f32; rkv];
+        let mut scores = vec![0f64; pos0 + t];
+        for p in 0..t {
+            let n = pos0 + p + 1;
+            let qh = &qall[(p * hm + h) * dq..(p * hm + h + 1) * dq];
+            // q̂ = W_kb,hᵀ q_nope, summed over rows d ascending
+            for (c, &q) in coef.iter_mut().zip(&qh[..dn]) {
+                *c = q as f64;
             }
-            ops::softmax64(&mut scores);
-            ops::weighted_rows(&scores, &cache.rows[..n * row], row, &mut obar);
-            let wv0 = kb0 + dn * rkv;
-            let w_v = &kvb.data[wv0..wv0 + dv * rkv];
-            let oh = &mut o[p * hm * dv + h * dv..p * hm * dv + (h + 1) * dv];
-            ops::matmul_bf16(w_v, dv, rkv, &obar, 1, oh);
+            ex.mix_rows_bf16(&coef, w_kb, rkv, &mut qcat[..rkv]);
+            qcat[rkv..].copy_from_slice(&qh[dn..]);
+            let sc = &mut scores[..n];
+            ex.attn_scores(&qcat, rows, row, d.sq, sc);
+            ex.softmax(sc);
+            ex.mix_rows(sc, rows, row, &mut obar);
+            ex.matmul_bf16(w_v, dv, rkv, &obar, &mut oh[p * dv..(p + 1) * dv]);
+        }
+    });
+    let mut o = vec![0f32; t * hm * dv];
+    for h in 0..hm {
+        for p in 0..t {
+            o[(p * hm + h) * dv..(p * hm + h + 1) * dv]
+                .copy_from_slice(&by_head[(h * t + p) * dv..(h * t + p + 1) * dv]);
         }
     }
 
     // 5. output gate (no norm)
     if let Some(g) = &m.g_proj {
         let mut gl = vec![0f32; t * hm * dv];
-        ex.matmul(g, x, t, &mut gl);
-        for (oc, g) in o.iter_mut().zip(&gl) {
-            *oc = ops::rnd(*oc as f64 * ops::sig64(*g as f64));
-        }
+        ex.matmul(g, x, &mut gl);
+        ex.sigmoid_gate(&mut o, &gl);
     }
 
     // 6. output projection
-    ex.matmul(&m.o_proj, &o, t, out);
+    ex.matmul(&m.o_proj, &o, out);
 }

@@ -13,13 +13,13 @@ pub mod index_tmp;
 pub mod kda;
 pub mod mla;
 pub mod moe;
-pub mod ops;
 pub mod state;
 pub mod weights;
 
 use crate::error::{Error, Result};
 use attn_res::Depth;
-use experts::{ExpertSource, Mxfp4};
+use experts::ExpertSource;
+use k3_kernels::Kernels;
 use state::{DecodeState, LayerState};
 use weights::{AttnVecs, Bf16Mat, FfnSlots, LayerWeights, Tables};
 
@@ -130,18 +130,29 @@ impl Dims {
     }
 }
 
-/// How the forward pass executes its matrix products (thread pool, ISA path).
-#[derive(Debug, Default)]
-pub struct Exec {}
+/// How the forward pass computes: the k3-kernels on one ISA path with one thread pool. Every
+/// operation of the forward pass goes through these kernels (MODEL.md §5), so the ISA gates
+/// cover the model. Dereferences to [`Kernels`].
+#[derive(Debug)]
+pub struct Exec {
+    k: Kernels,
+}
 
 impl Exec {
-    /// y[t][r] = rnd(dot(W[r], x[t])) over `t` rows of `x`.
-    pub fn matmul(&self, w: &Bf16Mat<'_>, x: &[f32], t: usize, y: &mut [f32]) {
-        ops::matmul_bf16(w.data, w.rows, w.cols, x, t, y);
+    /// Wraps configured kernels.
+    pub fn new(k: Kernels) -> Exec {
+        Exec { k }
     }
-    /// The same for an MXFP4 matrix.
-    pub fn matmul_mxfp4(&self, w: &Mxfp4<'_>, x: &[f32], t: usize, y: &mut [f32]) {
-        ops::matmul_mxfp4(w.packed, w.scales, w.rows, w.cols, x, t, y);
+    /// y[t][r] = rnd(dot(W[r], x[t])) for every row t of `x` ([T, cols]); y [T, rows].
+    pub fn matmul(&self, w: &Bf16Mat<'_>, x: &[f32], y: &mut [f32]) {
+        self.k.matmul_bf16(w.data, w.rows, w.cols, x, y);
+    }
+}
+
+impl std::ops::Deref for Exec {
+    type Target = Kernels;
+    fn deref(&self) -> &Kernels {
+        &self.k
     }
 }
 
@@ -222,9 +233,7 @@ impl Model {
                 )));
             }
             let row = &self.tables.embed[id as usize * h..(id as usize + 1) * h];
-            for (e, &b) in emb[p * h..(p + 1) * h].iter_mut().zip(row) {
-                *e = ops::bf16(b);
-            }
+            ex.widen_bf16(row, &mut emb[p * h..(p + 1) * h]);
         }
 
         // §6.3 decoder stack with Block AttnRes
@@ -238,41 +247,41 @@ impl Model {
             if depth.snapshots.is_empty() {
                 xa.copy_from_slice(&depth.p);
             } else {
-                depth.agg(&lw.f_attn_res, d.eps, &mut xa);
+                depth.agg(ex, &lw.f_attn_res, d.eps, &mut xa);
             }
             // 2. boundary: snapshot, then clear
             if l % d.bs == 0 {
                 depth.push_snapshot();
             }
             // 3. attention
-            ops::rmsnorm_rows(&xa, &lw.input_layernorm, d.eps, &mut xn);
+            ex.rmsnorm(&xa, &lw.input_layernorm, d.eps, &mut xn);
             match (&lw.attn_vecs, &mut state.layers[l]) {
                 (AttnVecs::Kda(v), LayerState::Kda(st)) => {
-                    kda::forward(ex, d, &lw.kda(buf), v, st, &xn, t, &mut y)
+                    kda::forward(ex, d, &lw.kda(buf), v, st, &xn, &mut y)
                 }
                 (AttnVecs::Mla(v), LayerState::Mla(c)) => {
-                    mla::forward(ex, d, &lw.mla(buf), v, c, &xn, t, pos0, &mut y)
+                    mla::forward(ex, d, &lw.mla(buf), v, c, &xn, pos0, &mut y)
                 }
                 _ => return Err(Error::internal(format!("layer {l}: state kind mismatch"))),
             }
             // 4. P = y or P + y
-            depth.add(&y);
+            depth.add(ex, &y);
             // 5. pre-FFN aggregation
-            depth.agg(&lw.f_mlp_res, d.eps, &mut xa);
+            depth.agg(ex, &lw.f_mlp_res, d.eps, &mut xa);
             // 6. FFN
-            ops::rmsnorm_rows(&xa, &lw.post_attention_layernorm, d.eps, &mut xn);
+            ex.rmsnorm(&xa, &lw.post_attention_layernorm, d.eps, &mut xn);
             match &lw.ffn {
                 FfnSlots::Dense(s) => {
                     let (g, u, dn) = (s[0].view(buf), s[1].view(buf), s[2].view(buf));
-                    ffn::situ_mlp(ex, d, &g, &u, &dn, &xn, t, &mut y);
+                    ffn::situ_mlp(ex, d, &g, &u, &dn, &xn, &mut y);
                 }
                 FfnSlots::Moe(..) => {
                     let v = lw.moe_vecs.as_ref().expect("MoE layer without MoE vectors");
-                    moe::forward(ex, d, l, &lw.moe(buf), v, experts, &xn, t, pos0, &mut y)?;
+                    moe::forward(ex, d, l, &lw.moe(buf), v, experts, &xn, pos0, &mut y)?;
                 }
             }
             // 7. P += f
-            depth.add(&y);
+            depth.add(ex, &y);
             check_finite(&depth.p, h, pos0, |pos| {
                 format!("the output of layer {l} at position {pos}")
             })?;
@@ -286,16 +295,16 @@ impl Model {
             LogitRows::All => (0, t),
         };
         let mut fin = vec![0f32; t * h];
-        depth.agg(&self.tables.f_output_attn_res, d.eps, &mut fin);
+        depth.agg(ex, &self.tables.f_output_attn_res, d.eps, &mut fin);
         let mut n = vec![0f32; n_rows * h];
-        ops::rmsnorm_rows(&fin[first * h..], &self.tables.norm, d.eps, &mut n);
+        ex.rmsnorm(&fin[first * h..], &self.tables.norm, d.eps, &mut n);
         let head = Bf16Mat {
             rows: d.v,
             cols: h,
             data: self.tables.lm_head.as_deref().unwrap_or(&self.tables.embed),
         };
         let mut logits = vec![0f32; n_rows * d.v];
-        ex.matmul(&head, &n, n_rows, &mut logits);
+        ex.matmul(&head, &n, &mut logits);
         check_finite(&logits, d.v, pos0 + first, |pos| {
             format!("the logits at position {pos}")
         })?;
@@ -365,7 +374,7 @@ fn check_finite(
     pos0: usize,
     what: impl Fn(usize) -> String,
 ) -> Result<()> {
-    if let Some(i) = x.iter().position(|v| !v.is_finite()) {
+    if let Some(i) = k3_kernels::first_non_finite(x) {
         return Err(Error::invalid(format!(
             "non-finite value ({}) in {} (element {}): the checkpoint is not usable",
             x[i],

@@ -5,7 +5,6 @@
 
 use super::experts::ExpertSource;
 use super::ffn;
-use super::ops;
 use super::weights::{MoeMats, MoeVecs};
 use super::{Dims, Exec};
 use crate::error::{Error, Result};
@@ -18,38 +17,17 @@ pub struct Selection {
     pub weights: Vec<f32>,
 }
 
-/// Router steps 1–3 of MODEL.md §6.7 for one position: `r` are the router logits
-/// rnd(dot(W_router[e], x)), `bias` the correction bias. Errors on a NaN key (the caller
-/// names layer and position).
-pub fn select(d: &Dims, r: &[f32], bias: &[f32]) -> std::result::Result<Selection, String> {
-    let s: Vec<f32> = r.iter().map(|&x| ops::rnd(ops::sig64(x as f64))).collect();
-    let mut keys = Vec::with_capacity(s.len());
-    for (e, (&se, &be)) in s.iter().zip(bias).enumerate() {
-        let key = se as f64 + be as f64;
-        if key.is_nan() {
-            return Err(format!("router key of expert {e} is NaN"));
-        }
-        keys.push((key, e as u32));
-    }
-    // key descending, ties to the lower expert index; a stable full order, then the first Kt
-    keys.sort_by(|a, b| b.0.partial_cmp(&a.0).unwrap().then(a.1.cmp(&b.1)));
-    let experts: Vec<u32> = keys[..d.kt].iter().map(|k| k.1).collect();
-    let weights = if d.renorm && d.kt > 1 {
-        let mut z = 0f64;
-        for &e in &experts {
-            z += s[e as usize] as f64;
-        }
-        experts
-            .iter()
-            .map(|&e| ops::rnd((s[e as usize] as f64 / (z + 1e-20)) * d.rsf))
-            .collect()
-    } else {
-        experts
-            .iter()
-            .map(|&e| ops::rnd(s[e as usize] as f64 * d.rsf))
-            .collect()
-    };
-    Ok(Selection { experts, weights })
+/// Router steps 2–3 of MODEL.md §6.7 for one position: `s` are the router scores
+/// rnd(sig64(r_e)), `bias` the correction bias. Selection uses the biased keys, the weights
+/// the unbiased scores. Errors on a NaN key (the caller names layer and position).
+pub fn select(d: &Dims, s: &[f32], bias: &[f32]) -> std::result::Result<Selection, String> {
+    let sel = k3_kernels::moe_select(s, bias, d.kt).map_err(|e| e.message)?;
+    let mut weights = vec![0f32; sel.len()];
+    k3_kernels::moe_weights(s, &sel, d.renorm, d.rsf, &mut weights);
+    Ok(Selection {
+        experts: sel.into_iter().map(|e| e as u32).collect(),
+        weights,
+    })
 }
 
 /// Runs the MoE block of layer `layer` on `x` ([T, H], RMS-normed) for positions starting at
@@ -64,32 +42,36 @@ pub fn forward(
     v: &MoeVecs,
     experts: &mut dyn ExpertSource,
     x: &[f32],
-    t: usize,
     pos0: usize,
     out: &mut [f32],
 ) -> Result<()> {
+    let t = x.len() / d.h;
     let (e_n, kt, l, inter) = (d.e, d.kt, d.l, d.i);
-    // 1-3. router on the full width, selection, weights
+    // 1. router on the full width: independent sigmoids
     let mut r = vec![0f32; t * e_n];
-    ex.matmul(&m.router, x, t, &mut r);
+    ex.matmul(&m.router, x, &mut r);
+    let mut s = vec![0f32; t * e_n];
+    ex.sigmoid(&r, &mut s);
+    // 2-3. selection from biased keys, weights from unbiased scores
     let mut sel = Vec::with_capacity(t);
     for p in 0..t {
-        let s = select(d, &r[p * e_n..(p + 1) * e_n], &v.bias).map_err(|msg| {
+        let one = select(d, &s[p * e_n..(p + 1) * e_n], &v.bias).map_err(|msg| {
             Error::invalid(format!(
-                "layer {layer}, position {}: {msg} (the checkpoint produced a non-finite activation)",
+                "layer {layer}, position {}: {msg}: non-finite activation, the checkpoint is not usable",
                 pos0 + p
             ))
         })?;
-        sel.push(s);
+        sel.push(one);
     }
     let requests: Vec<u32> = sel.iter().flat_map(|s| s.experts.iter().copied()).collect();
     experts.note_requests(layer, &requests);
 
     // 4. latent down-projection
     let mut zl = vec![0f32; t * l];
-    ex.matmul(&m.down_l, x, t, &mut zl);
+    ex.matmul(&m.down_l, x, &mut zl);
 
-    // 5. experts: distinct experts in first-request order, each over its positions
+    // 5. experts: each distinct expert once per chunk (first-request order), over the positions
+    //    that selected it; outputs kept per (position, selection slot)
     let mut distinct: Vec<u32> = Vec::new();
     for &e in &requests {
         if !distinct.contains(&e) {
@@ -100,10 +82,9 @@ pub fn forward(
     let batch = experts.max_batch().max(1);
     for group in distinct.chunks(batch) {
         experts.with_experts(layer, group, &mut |views| {
-            for (gi, &e) in group.iter().enumerate() {
-                let ev = &views[gi];
+            for (ev, &e) in views.iter().zip(group) {
                 let users: Vec<(usize, usize)> = (0..t)
-                    .flat_map(|p| sel[p].experts.iter().position(|&x| x == e).map(|k| (p, k)))
+                    .filter_map(|p| sel[p].experts.iter().position(|&x| x == e).map(|k| (p, k)))
                     .collect();
                 let n = users.len();
                 let mut xe = vec![0f32; n * l];
@@ -112,12 +93,12 @@ pub fn forward(
                 }
                 let mut a = vec![0f32; n * inter];
                 let mut b = vec![0f32; n * inter];
-                ex.matmul_mxfp4(&ev.w1, &xe, n, &mut a);
-                ex.matmul_mxfp4(&ev.w3, &xe, n, &mut b);
+                ex.matmul_mxfp4(&ev.w1, &xe, &mut a);
+                ex.matmul_mxfp4(&ev.w3, &xe, &mut b);
                 let mut hh = vec![0f32; n * inter];
-                ops::situ_glu(&a, &b, d.beta1, d.beta2, &mut hh);
+                ex.situ_glu(&a, &b, d.beta1, d.beta2, &mut hh);
                 let mut ye = vec![0f32; n * l];
-                ex.matmul_mxfp4(&ev.w2, &hh, n, &mut ye);
+                ex.matmul_mxfp4(&ev.w2, &hh, &mut ye);
                 for (j, &(p, k)) in users.iter().enumerate() {
                     let dst = (p * kt + k) * l;
                     y[dst..dst + l].copy_from_slice(&ye[j * l..(j + 1) * l]);
@@ -127,32 +108,29 @@ pub fn forward(
         })?;
     }
 
-    // 6-7. aggregate in latent space in selection order, then norm the aggregate
+    // 6-7. aggregate in latent space in selection order, then norm the aggregate (not each
+    //      expert)
     let mut u = vec![0f32; t * l];
     for p in 0..t {
         let w: Vec<f64> = sel[p].weights.iter().map(|&w| w as f64).collect();
-        ops::weighted_rows(
-            &w,
-            &y[p * kt * l..(p + 1) * kt * l],
-            l,
-            &mut u[p * l..(p + 1) * l],
-        );
+        let srcs: Vec<&[f32]> = (0..kt)
+            .map(|k| &y[(p * kt + k) * l..(p * kt + k + 1) * l])
+            .collect();
+        ex.mix(&w, &srcs, &mut u[p * l..(p + 1) * l]);
     }
     if let Some(g) = &v.routed_expert_norm {
-        let un = u.clone();
-        ops::rmsnorm_rows(&un, g, d.eps, &mut u);
+        let raw = u.clone();
+        ex.rmsnorm(&raw, g, d.eps, &mut u);
     }
 
     // 8. up-projection
-    ex.matmul(&m.up_l, &u, t, out);
+    ex.matmul(&m.up_l, &u, out);
 
     // 9-10. shared experts on the original x, unweighted
     if let Some((g, up, dn)) = &m.shared {
         let mut sh = vec![0f32; t * d.h];
-        ffn::situ_mlp(ex, d, g, up, dn, x, t, &mut sh);
-        for (o, s) in out.iter_mut().zip(&sh) {
-            *o = ops::rnd(*o as f64 + *s as f64);
-        }
+        ffn::situ_mlp(ex, d, g, up, dn, x, &mut sh);
+        ex.add(out, &sh);
     }
     Ok(())
 }

@@ -8,7 +8,6 @@
 //! resident buffer without touching the layer code.
 
 use super::experts::{ExpertLocation, Extent};
-use super::ops;
 use super::{AttnKind, Dims};
 use crate::error::{Error, Result};
 use std::fs::File;
@@ -104,8 +103,8 @@ pub struct KdaVecs {
     pub q_conv: Vec<f32>,
     pub k_conv: Vec<f32>,
     pub v_conv: Vec<f32>,
-    /// a_h = exp64(A_log[h]) for h < Hk (f64, MODEL.md §6.4 step 6).
-    pub a: Vec<f64>,
+    /// `A_log`, first Hk entries (per head, MODEL.md §6.4 step 6; the tail was checked to be 0).
+    pub a_log: Vec<f32>,
     /// `[Pk]`.
     pub dt_bias: Vec<f32>,
     /// `[Dk]`, shared by all heads.
@@ -365,7 +364,7 @@ impl<'a> Reader<'a> {
     pub fn bf16_f32(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
         let mut v = Vec::new();
         self.bf16_into(name, shape, &mut v)?;
-        Ok(v.into_iter().map(ops::bf16).collect())
+        Ok(v.into_iter().map(k3_kernels::bf16_to_f32).collect())
     }
 
     /// An F32 tensor.
@@ -397,7 +396,7 @@ impl<'a> Reader<'a> {
 pub fn fold(norm: &[f32], proj: &[f32]) -> Vec<f32> {
     norm.iter()
         .zip(proj)
-        .map(|(&a, &b)| ops::rnd(a as f64 * b as f64))
+        .map(|(&a, &b)| k3_kernels::rnd(a as f64 * b as f64))
         .collect()
 }
 
@@ -460,7 +459,7 @@ pub fn bind_layer(r: &mut Reader<'_>, d: &Dims, l: usize) -> Result<(LayerWeight
                 q_conv: r.f32(&format!("{a}q_conv1d.weight"), &[pk, 1, kc])?,
                 k_conv: r.f32(&format!("{a}k_conv1d.weight"), &[pk, 1, kc])?,
                 v_conv: r.f32(&format!("{a}v_conv1d.weight"), &[pk, 1, kc])?,
-                a: a_log[..hk].iter().map(|&x| ops::exp64(x as f64)).collect(),
+                a_log: a_log[..hk].to_vec(),
                 dt_bias: r.f32(&format!("{a}dt_bias"), &[pk])?,
                 o_norm: r.f32(&format!("{a}o_norm.weight"), &[dk])?,
             };

@@ -685,7 +685,7 @@ impl RefModel {
     }
 
     fn mla(&self, w: &MlaW, st: &mut LState, x: &[f64], pos: usize) -> Vec<f64> {
-        let (hm, dn, dr, dv, rkv) = (self.hm, self.dn, self.dr, self.dv, self.rkv);
+        let (hm, dn, dr, rkv) = (self.hm, self.dn, self.dr, self.rkv);
         let dq = dn + dr;
         let (lats, kpes) = match st {
             LState::Mla { lat, kpe } => (lat, kpe),
