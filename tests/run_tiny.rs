@@ -167,10 +167,10 @@ fn teacher_forced_argmax_and_logits_match_the_reference() {
     }
     eprintln!("max |engine - reference| = {worst:e} (tolerance {tol:e})");
     assert!(worst <= tol);
-    for p in 0..full.len() {
+    for (p, want) in tf.iter().enumerate() {
         assert_eq!(
             first_max(&r.dump[p * v..(p + 1) * v]) as u32,
-            tf[p],
+            *want,
             "tf argmax at position {p}"
         );
     }
