@@ -1,0 +1,282 @@
+//! Bad input to the run command is refused with the exit code of ENGINE.md §3 and a message
+//! naming the problem: ids outside the vocabulary, too many positions, truncated or missing
+//! shards, tensors of the wrong shape or dtype, a non-zero A_log tail, an E8M0 scale of 255, a
+//! non-finite activation (naming layer and position), flags of later work; and a shard that
+//! shrinks after it was indexed fails the token with exit 4 (MODEL.md §11 row 23).
+
+mod model_ref;
+mod support;
+
+use model_ref::Ckpt;
+use std::path::{Path, PathBuf};
+use support::{fixture, run_k3, scratch_dir};
+
+/// A private copy of a fixture checkpoint.
+fn copy_fixture(name: &str, tag: &str) -> PathBuf {
+    let dst = scratch_dir(&format!("refusal_{tag}"));
+    for e in std::fs::read_dir(fixture(name)).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, dst.join(p.file_name().unwrap())).unwrap();
+    }
+    dst
+}
+
+/// Overwrites bytes of tensor `name` at `off` (bytes from the tensor start).
+fn patch_tensor(dir: &Path, name: &str, off: u64, bytes: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let c = Ckpt::open(dir);
+    let t = &c.tensors[name];
+    assert!(off + bytes.len() as u64 <= t.len);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&c.shards[t.shard])
+        .unwrap();
+    f.write_all_at(bytes, t.offset + off).unwrap();
+}
+
+/// Replaces `from` by `to` (same length) in the header entry of tensor `name`.
+fn patch_header(dir: &Path, name: &str, from: &str, to: &str) {
+    assert_eq!(from.len(), to.len());
+    let c = Ckpt::open(dir);
+    let path = &c.shards[c.tensors[name].shard];
+    let mut b = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
+    let h = String::from_utf8(b[8..8 + n].to_vec()).unwrap();
+    let key = format!("\"{name}\":{{");
+    let at = h.find(&key).unwrap() + key.len();
+    let end = at + h[at..].find('}').unwrap();
+    let entry = h[at..end].replacen(from, to, 1);
+    assert_ne!(entry, h[at..end], "pattern {from} not in {name}");
+    b[8 + at..8 + end].copy_from_slice(entry.as_bytes());
+    std::fs::write(path, b).unwrap();
+}
+
+/// Runs k3 on `dir` and returns (exit code, stderr).
+fn fails(dir: &Path, extra: &[&str]) -> (i32, String) {
+    let mut args = vec![
+        dir.to_str().unwrap(),
+        "--ids",
+        "410,335,224,165,463",
+        "--gen",
+        "3",
+    ];
+    args.extend_from_slice(extra);
+    let o = run_k3(&args);
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    (o.status.code().unwrap_or(-1), err)
+}
+
+#[test]
+fn id_outside_the_vocabulary() {
+    let (code, err) = fails(&fixture("tiny-k3"), &["--ids", "1,2,512"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("512") && err.contains("outside the vocabulary") && err.contains("position 2"),
+        "{err}"
+    );
+}
+
+#[test]
+fn prompt_plus_generation_beyond_max_position_embeddings() {
+    let dir = copy_fixture("tiny-k3", "maxpos");
+    let cfg = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    let cfg = cfg.replace(
+        "\"max_position_embeddings\": 1048576",
+        "\"max_position_embeddings\": 7",
+    );
+    std::fs::write(dir.join("config.json"), cfg).unwrap();
+    let (code, err) = fails(&dir, &["--gen", "3"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("max_position_embeddings 7") && err.contains("8 positions"),
+        "{err}"
+    );
+    // exactly at the limit is fine
+    let o = run_k3([dir.to_str().unwrap(), "--ids", "1,2,3,4,5", "--gen", "2"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn missing_shard() {
+    let dir = copy_fixture("tiny-k3", "missing");
+    std::fs::remove_file(dir.join("model-00003-of-00007.safetensors")).unwrap();
+    let (code, err) = fails(&dir, &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("layers.4."),
+        "should name a tensor of layers 4-6: {err}"
+    );
+}
+
+#[test]
+fn truncated_shard() {
+    let dir = copy_fixture("tiny-k3", "truncated");
+    let p = dir.join("model-00004-of-00007.safetensors");
+    let len = std::fs::metadata(&p).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&p)
+        .unwrap()
+        .set_len(len - 100)
+        .unwrap();
+    let (code, err) = fails(&dir, &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("model-00004-of-00007.safetensors"), "{err}");
+}
+
+#[test]
+fn tensor_of_the_wrong_shape() {
+    let dir = copy_fixture("tiny-k3", "shape");
+    let name = "language_model.model.layers.0.mlp.gate_proj.weight";
+    patch_header(&dir, name, "[96,128]", "[128,96]");
+    let (code, err) = fails(&dir, &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(name) && err.contains("[96, 128]") && err.contains("[128, 96]"),
+        "{err}"
+    );
+}
+
+#[test]
+fn tensor_of_the_wrong_dtype() {
+    let dir = copy_fixture("tiny-k3", "dtype");
+    let name = "language_model.model.layers.5.self_attn.q_proj.weight";
+    patch_header(&dir, name, "\"BF16\"", "\"F16\" ");
+    let (code, err) = fails(&dir, &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(name) && err.contains("BF16") && err.contains("F16"),
+        "{err}"
+    );
+}
+
+/// MODEL.md §11 row 4: A_log is per head; a non-zero tail would mean a per-channel layout.
+#[test]
+fn a_log_with_a_non_zero_tail_is_refused() {
+    let dir = copy_fixture("tiny-k3", "alog");
+    let name = "language_model.model.layers.1.self_attn.A_log";
+    // tiny-k3: 4 heads, head_dim 16 → entries 4..15 must be zero
+    patch_tensor(&dir, name, 4 * 9, &0.25f32.to_le_bytes());
+    let (code, err) = fails(&dir, &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(name) && err.contains("entry 9"), "{err}");
+    // -0 is an allowed zero
+    let dir = copy_fixture("tiny-k3", "alog_negzero");
+    patch_tensor(&dir, name, 4 * 9, &(-0.0f32).to_le_bytes());
+    let o = run_k3([dir.to_str().unwrap(), "--ids", "1,2", "--gen", "1"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// FORMATS.md §5: an E8M0 byte of 255 fails the expert load naming tensor, row and group.
+#[test]
+fn e8m0_scale_255_names_tensor_row_and_group() {
+    let dir = copy_fixture("tiny-k3", "e8m0");
+    // every expert of layer 2: w2 scale [64 rows, 2 groups], row 3 group 1
+    for e in 0..8 {
+        let name =
+            format!("language_model.model.layers.2.block_sparse_moe.experts.{e}.w2.weight_scale");
+        patch_tensor(&dir, &name, 3 * 2 + 1, &[255]);
+    }
+    let (code, err) = fails(&dir, &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("layers.2.block_sparse_moe.experts.")
+            && err.contains(".w2.weight_scale: row 3, group 1: E8M0 scale 255 (NaN)"),
+        "{err}"
+    );
+}
+
+/// MODEL.md §5.6: a non-finite layer output stops the run naming the layer and position.
+#[test]
+fn non_finite_activation_names_layer_and_position() {
+    let dir = copy_fixture("tiny-k3", "nonfinite");
+    // BF16 +inf in every entry of row 5 of layer 2's KDA o_proj [128, 64]
+    let name = "language_model.model.layers.2.self_attn.o_proj.weight";
+    let row: Vec<u8> = (0..64).flat_map(|_| 0x7f80u16.to_le_bytes()).collect();
+    patch_tensor(&dir, name, 5 * 64 * 2, &row);
+    let (code, err) = fails(&dir, &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("layer 2") && err.contains("position 0") && err.contains("non-finite"),
+        "{err}"
+    );
+    // no token was printed
+    let o = run_k3([dir.to_str().unwrap(), "--ids", "1,2", "--gen", "2"]);
+    assert!(o.stdout.is_empty());
+}
+
+#[test]
+fn flags_of_later_work_are_refused_not_ignored() {
+    let model = fixture("tiny-k3");
+    for flag in [
+        &["--mem-gb", "8"][..],
+        &["--trunk-gb", "1"],
+        &["--cache-gb", "1"],
+        &["--preset", "laptop"],
+        &["--temperature", "0.7"],
+        &["--top-k", "5"],
+        &["--save-state", "/tmp/x"],
+        &["--load-state", "/tmp/x"],
+    ] {
+        let (code, err) = fails(&model, flag);
+        assert_eq!(code, 2, "{flag:?}: {err}");
+        assert!(
+            err.contains("not supported yet") && err.contains(flag[0]),
+            "{flag:?}: {err}"
+        );
+    }
+    let (code, err) = fails(&model, &["--bogus"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--bogus"));
+    // accepted no-ops
+    let o = run_k3([
+        model.to_str().unwrap(),
+        "--ids",
+        "1",
+        "--gen",
+        "1",
+        "--incremental",
+        "--preset",
+        "auto",
+        "--temperature",
+        "0",
+        "--no-progress",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// MODEL.md §11 row 23: a shard that shrinks after indexing fails the token (exit 4) and
+/// never yields logits computed without the expert.
+#[test]
+fn expert_read_failure_fails_the_forward_with_exit_4() {
+    use k3::model::*;
+    let dir = copy_fixture("tiny-k3", "shrink");
+    let cfg = k3::config::Config::from_file(&dir.join("config.json")).unwrap();
+    let d = Dims::from_config(&cfg);
+    let index = index_tmp::HeaderIndex::open(&dir).unwrap();
+    let mut b = bind_resident(&index, d.clone(), d.nl, d.kt).unwrap();
+    // layer 1's experts are the first bytes of shard 2's data section: cut them off
+    let p = dir.join("model-00002-of-00007.safetensors");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&p)
+        .unwrap()
+        .set_len(4000)
+        .unwrap();
+    let ex = Exec::new(k3_kernels::Kernels::new(k3_kernels::Isa::Scalar, 1).unwrap());
+    let mut st = state::DecodeState::new(&d, d.nl, 8);
+    let r = b.model.forward(
+        &ex,
+        &mut b.trunk,
+        &mut b.experts,
+        &mut st,
+        &[1, 2, 3],
+        LogitRows::Last,
+    );
+    let e = r.expect_err("a short expert read must fail the forward");
+    assert_eq!(e.exit_code(), 4, "{e}");
+    assert!(
+        e.message.contains("model-00002-of-00007.safetensors") && e.message.contains("offset"),
+        "{e}"
+    );
+}
