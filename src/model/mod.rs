@@ -266,6 +266,9 @@ impl Model {
             }
             // 4. P = y or P + y
             depth.add(ex, &y);
+            check_finite(&depth.p, h, pos0, |pos| {
+                format!("the attention output of layer {l} at position {pos}")
+            })?;
             // 5. pre-FFN aggregation
             depth.agg(ex, &lw.f_mlp_res, d.eps, &mut xa);
             // 6. FFN

@@ -22,6 +22,7 @@ pub enum Variant {
     KdaOutputOldState,
     // 6
     L2NormMean,
+    L2NormMaxEps,
     QScaleMissing,
     QScaleOnK,
     // 7
@@ -577,6 +578,8 @@ impl RefModel {
                 let ss: f64 = x.iter().map(|v| v * v).sum();
                 if self.var(Variant::L2NormMean) {
                     1.0 / (ss / x.len() as f64 + 1e-6).sqrt()
+                } else if self.var(Variant::L2NormMaxEps) {
+                    1.0 / ss.sqrt().max(1e-12)
                 } else {
                     1.0 / (ss + 1e-6).sqrt()
                 }
