@@ -377,11 +377,9 @@ pub fn parse_header<'a>(file: &str, header: &'a [u8], file_size: u64) -> Result<
         }
     }
 
-    // Exact tiling of the data section (§2.4 rule 4).
-    tensors.sort_by_key(|t| (t.begin, t.end));
+    // Exact tiling of the data section (§2.4 rule 4). Out-of-range offsets are reported first:
+    // they are the cause, the hole or overlap they leave is a symptom.
     let abs = |rel: u64| 8 + n + rel;
-    let mut cursor: u64 = 0;
-    let mut prev: Option<&RawTensor<'_>> = None;
     for t in &tensors {
         if t.begin > data_len || t.end > data_len {
             return Err(Error::invalid(format!(
@@ -393,6 +391,11 @@ pub fn parse_header<'a>(file: &str, header: &'a [u8], file_size: u64) -> Result<
                 abs(t.end)
             )));
         }
+    }
+    tensors.sort_by_key(|t| (t.begin, t.end));
+    let mut cursor: u64 = 0;
+    let mut prev: Option<&RawTensor<'_>> = None;
+    for t in &tensors {
         if t.begin < cursor {
             let p = prev.expect("cursor > 0 implies a previous tensor");
             return Err(Error::invalid(format!(
