@@ -5,8 +5,11 @@ mod support;
 use k3::safetensors::{self, Dtype, MAX_HEADER_LEN};
 use support::{fixture, raw_safetensors, safetensors_file, scratch_dir};
 
+/// (name, dtype, shape, begin, end) of one parsed tensor.
+type Parsed = (String, Dtype, Vec<u64>, u64, u64);
+
 /// Parses a whole in-memory file the way the index does (prefix, then header).
-fn parse_file(file: &[u8]) -> k3::Result<Vec<(String, Dtype, Vec<u64>, u64, u64)>> {
+fn parse_file(file: &[u8]) -> k3::Result<Vec<Parsed>> {
     let size = file.len() as u64;
     let n = safetensors::header_len("t.safetensors", file, size)?;
     let h = safetensors::parse_header("t.safetensors", &file[8..8 + n as usize], size)?;
