@@ -441,6 +441,8 @@ pub struct Scanner<'a> {
     max_depth: usize,
     /// One entry per open array/object: true while no member/element has been read yet.
     first: Vec<bool>,
+    /// Offset of the opening quote of the key last returned by `next_key`.
+    key_at: usize,
 }
 
 impl<'a> Scanner<'a> {
@@ -459,12 +461,19 @@ impl<'a> Scanner<'a> {
             pos: 0,
             max_depth,
             first: Vec::new(),
+            key_at: 0,
         })
     }
 
     /// Current byte offset in the input.
     pub fn offset(&self) -> usize {
         self.pos
+    }
+
+    /// Byte offset of the opening quote of the member name last returned by
+    /// [`next_key`](Scanner::next_key) (for messages about that member).
+    pub fn key_offset(&self) -> usize {
+        self.key_at
     }
 
     fn err<T>(&self, at: usize, expected: impl Into<String>) -> JResult<T> {
@@ -785,6 +794,7 @@ impl<'a> Scanner<'a> {
                 return self.err(self.pos, format!("{what}, found {}", self.describe_here()));
             }
         }
+        self.key_at = self.pos;
         let key = self.string()?;
         self.skip_ws();
         if self.src.get(self.pos) != Some(&b':') {
@@ -881,18 +891,8 @@ impl<'a> Scanner<'a> {
                 let mut members: Vec<(String, Value)> = Vec::new();
                 // Small objects: linear scan; large ones: a set of names.
                 let mut seen: Option<HashSet<String>> = None;
-                loop {
-                    self.skip_ws();
-                    let key_at = self.pos;
-                    let key = match self.next_key()? {
-                        Some(k) => k,
-                        None => break,
-                    };
-                    let key_at = if self.src.get(key_at) == Some(&b',') {
-                        key_at + 1 + count_ws(&self.src[key_at + 1..])
-                    } else {
-                        key_at
-                    };
+                while let Some(key) = self.next_key()? {
+                    let key_at = self.key_at;
                     let dup = match &mut seen {
                         Some(set) => !set.insert(key.to_string()),
                         None => {
@@ -931,12 +931,6 @@ impl<'a> Scanner<'a> {
         }
         Ok(())
     }
-}
-
-fn count_ws(b: &[u8]) -> usize {
-    b.iter()
-        .take_while(|&&c| matches!(c, b' ' | b'\t' | b'\n' | b'\r'))
-        .count()
 }
 
 // ---------------------------------------------------------------------------------------------

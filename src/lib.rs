@@ -5,6 +5,9 @@
 //! the numeric kernels live in the `k3-kernels` crate and know nothing of files;
 //! the model composes kernels; streaming supplies bytes to the model; `cli` composes all.
 
+pub mod catalogue;
+pub mod census;
+pub mod checkpoint;
 pub mod cli;
 pub mod config;
 pub mod error;
@@ -14,6 +17,7 @@ pub mod json;
 pub mod model;
 pub mod plan;
 pub mod report;
+pub mod safetensors;
 pub mod stream;
 
 pub use error::{Error, ErrorKind, Result};
