@@ -253,8 +253,8 @@ fn expert_read_failure_fails_the_forward_with_exit_4() {
     let dir = copy_fixture("tiny-k3", "shrink");
     let cfg = k3::config::Config::from_file(&dir.join("config.json")).unwrap();
     let d = Dims::from_config(&cfg);
-    let index = index_tmp::HeaderIndex::open(&dir).unwrap();
-    let mut b = bind_resident(&index, d.clone(), d.nl, d.kt).unwrap();
+    let index = k3::checkpoint::TensorIndex::open(&dir).unwrap();
+    let mut b = bind_resident(&index, &cfg, d.nl, d.kt).unwrap();
     // layer 1's experts are the first bytes of shard 2's data section: cut them off
     let p = dir.join("model-00002-of-00007.safetensors");
     std::fs::OpenOptions::new()

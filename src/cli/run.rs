@@ -4,6 +4,8 @@
 //! generated ids on standard output, write `--out` JSON and `--dump-logits` rows.
 
 use super::args::{Args, Spec};
+use crate::census::Census;
+use crate::checkpoint::TensorIndex;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::model::experts::{ExpertSource, ExpertStats};
@@ -355,7 +357,13 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
 
     // Index, plan (exit 3 before allocating), bind.
     let t_load = Instant::now();
-    let index = model::index_tmp::HeaderIndex::open(&req.model_dir)?;
+    let index = TensorIndex::open(&req.model_dir)?;
+    // The census checks every tensor the config requires (all problems at once). With
+    // `--layers N` on a partial shard set only the bound prefix is checked, by the binder.
+    let census = Census::run(&cfg, &index);
+    if layers == d.nl {
+        census.check(&req.model_dir.display().to_string())?;
+    }
     let want_all = req.dump_logits.is_some() || req.gen == 0;
     let expert_buffers = d.kt;
     let mut plan = MemoryPlan::resident(
@@ -367,7 +375,7 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
             logits_rows: if want_all { req.chunk } else { 1 },
             expert_buffers,
             expert_bytes: model::expert_bytes(&d),
-            tensor_index: index.headers.iter().map(|h| h.len() as u64 * 2).sum(),
+            tensor_index: index.heap_bytes() as u64,
             tokenizer: 0,
         },
     );
@@ -375,8 +383,8 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
     say(&plan.lines());
     rep.plan = Some(plan.clone());
     plan.check()?;
-    let mut bound = model::bind_resident(&index, d.clone(), layers, expert_buffers)?;
-    rep.weights_tag = Some(weights_tag(&index));
+    let mut bound = model::bind_resident(&index, &cfg, layers, expert_buffers)?;
+    rep.weights_tag = Some(index.weights_tag(&census.bound_shards())?);
     rep.trunk_bytes = plan.trunk_resident;
     rep.expert_slots = expert_buffers;
     rep.expert_slot_bytes = model::expert_bytes(&d);
@@ -534,16 +542,6 @@ fn diff(a: ExpertStats, b: ExpertStats) -> ExpertStats {
         bytes_read: a.bytes_read - b.bytes_read,
         read_seconds: a.read_seconds - b.read_seconds,
     }
-}
-
-/// Weights tag (FORMATS.md §9.1): FNV-1a-64 over the header bytes of every shard, in
-/// byte-wise file-name order.
-fn weights_tag(index: &model::index_tmp::HeaderIndex) -> u64 {
-    let mut h = crate::fnv::FNV_OFFSET;
-    for b in &index.headers {
-        h = crate::fnv::fnv1a64_continue(h, b);
-    }
-    h
 }
 
 /// True if `dir` looks like a model directory (for the dispatcher).

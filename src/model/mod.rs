@@ -9,7 +9,6 @@
 pub mod attn_res;
 pub mod experts;
 pub mod ffn;
-pub mod index_tmp;
 pub mod kda;
 pub mod mla;
 pub mod moe;
@@ -328,20 +327,22 @@ pub struct Bound {
 /// `expert_buffers` buffers. Errors (exit 2) name the tensor.
 pub fn bind_resident(
     lookup: &dyn weights::TensorLookup,
-    dims: Dims,
+    cfg: &Config,
     layers: usize,
     expert_buffers: usize,
 ) -> Result<Bound> {
+    let dims = Dims::from_config(cfg);
     let mut r = weights::Reader::new(lookup);
     let mut lw = Vec::with_capacity(layers);
     let mut bufs = Vec::with_capacity(layers);
     let mut locs = Vec::with_capacity(layers);
     for l in 0..layers {
-        let (w, b) = weights::bind_layer(&mut r, &dims, l)?;
+        let specs = crate::catalogue::layer_suffixes(cfg, l);
+        let (w, b) = weights::bind_layer(&mut r, &dims, &specs, l)?;
         lw.push(w);
         bufs.push(b);
         locs.push(if l >= dims.first_dense {
-            weights::locate_experts(&r, &dims, l)?
+            weights::locate_experts(&r, cfg, l)?
         } else {
             Vec::new()
         });

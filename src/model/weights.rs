@@ -9,6 +9,8 @@
 
 use super::experts::{ExpertLocation, Extent};
 use super::{AttnKind, Dims};
+use crate::catalogue::{self, layer_tensor_name, SuffixSpec};
+use crate::config::Config;
 use crate::error::{Error, Result};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -40,27 +42,7 @@ impl MatSlot {
     }
 }
 
-/// Element type of a bound tensor (FORMATS.md §2.3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dtype {
-    Bf16,
-    F32,
-    U8,
-    /// Any dtype the engine never binds, by its safetensors name.
-    Other(&'static str),
-}
-
-impl Dtype {
-    /// The safetensors spelling.
-    pub fn name(self) -> &'static str {
-        match self {
-            Dtype::Bf16 => "BF16",
-            Dtype::F32 => "F32",
-            Dtype::U8 => "U8",
-            Dtype::Other(n) => n,
-        }
-    }
-}
+pub use crate::safetensors::Dtype;
 
 /// What the binder needs to know about one tensor of the checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,6 +63,21 @@ pub trait TensorLookup {
     fn meta(&self, name: &str) -> Option<TensorMeta>;
     /// Paths of the shard files, indexed by [`TensorMeta::shard`].
     fn shard_paths(&self) -> Vec<PathBuf>;
+}
+
+impl TensorLookup for crate::checkpoint::TensorIndex {
+    fn meta(&self, name: &str) -> Option<TensorMeta> {
+        self.get(name).map(|i| TensorMeta {
+            shard: i.shard,
+            offset: i.offset,
+            len: i.nbytes,
+            dtype: i.dtype,
+            shape: i.shape.to_vec(),
+        })
+    }
+    fn shard_paths(&self) -> Vec<PathBuf> {
+        self.shards().iter().map(|s| s.path.clone()).collect()
+    }
 }
 
 /// BF16 matrices of a KDA layer.
@@ -255,11 +252,6 @@ pub struct Tables {
     pub f_output_attn_res: Vec<f32>,
 }
 
-/// Name prefix of layer `l` (MODEL.md §4).
-pub fn layer_prefix(l: usize) -> String {
-    format!("language_model.model.layers.{l}.")
-}
-
 /// Reads tensors for the binder, remembering the open shard files.
 pub struct Reader<'a> {
     lookup: &'a dyn TensorLookup,
@@ -319,11 +311,8 @@ impl<'a> Reader<'a> {
         let want: Vec<u64> = shape.iter().map(|&s| s as u64).collect();
         if m.shape != want || m.dtype != dtype {
             return Err(Error::invalid(format!(
-                "{name}: expected {} {:?}, found {} {:?}",
-                dtype.name(),
-                want,
-                m.dtype.name(),
-                m.shape
+                "{name}: expected {dtype} {want:?}, found {} {:?}",
+                m.dtype, m.shape
             )));
         }
         Ok(m)
@@ -338,7 +327,7 @@ impl<'a> Reader<'a> {
 
     /// Reads BF16 tensor `name` of `shape`, appending its bit patterns to `out`.
     pub fn bf16_into(&mut self, name: &str, shape: &[usize], out: &mut Vec<u16>) -> Result<()> {
-        let m = self.meta(name, shape, Dtype::Bf16)?;
+        let m = self.meta(name, shape, Dtype::BF16)?;
         const CHUNK: usize = 1 << 22;
         let mut buf = vec![0u8; (m.len as usize).min(CHUNK)];
         out.reserve(m.len as usize / 2);
@@ -400,125 +389,142 @@ pub fn fold(norm: &[f32], proj: &[f32]) -> Vec<f32> {
         .collect()
 }
 
-fn push_mat(
-    r: &mut Reader<'_>,
-    buf: &mut Vec<u16>,
-    name: &str,
-    rows: usize,
-    cols: usize,
-) -> Result<MatSlot> {
-    let off = buf.len();
-    r.bf16_into(name, &[rows, cols], buf)?;
-    Ok(MatSlot { off, rows, cols })
+/// The catalogue's shape and dtype of trunk tensor `suffix` of a layer (MODEL.md §4).
+fn spec<'s>(
+    specs: &'s [SuffixSpec],
+    l: usize,
+    suffix: &str,
+) -> Result<(Vec<usize>, Dtype, String)> {
+    let s = specs
+        .iter()
+        .find(|s| s.suffix == suffix)
+        .ok_or_else(|| Error::internal(format!("layer {l}: `{suffix}` is not in the catalogue")))?;
+    Ok((
+        s.shape.iter().map(|&d| d as usize).collect(),
+        s.dtype,
+        layer_tensor_name(l, suffix),
+    ))
 }
 
-/// Binds layer `l`: checks and reads its trunk tensors. Returns the layer description and its
+/// Binds layer `l`: checks its trunk tensors against the catalogue (`specs` =
+/// `catalogue::layer_suffixes(cfg, l)`) and reads them. Returns the layer description and its
 /// resident matrix buffer.
-pub fn bind_layer(r: &mut Reader<'_>, d: &Dims, l: usize) -> Result<(LayerWeights, Vec<u16>)> {
-    let p = layer_prefix(l);
-    let h = d.h;
+pub fn bind_layer(
+    r: &mut Reader<'_>,
+    d: &Dims,
+    specs: &[SuffixSpec],
+    l: usize,
+) -> Result<(LayerWeights, Vec<u16>)> {
     let mut buf: Vec<u16> = Vec::new();
-    let input_layernorm = r.bf16_f32(&format!("{p}input_layernorm.weight"), &[h])?;
-    let post_attention_layernorm =
-        r.bf16_f32(&format!("{p}post_attention_layernorm.weight"), &[h])?;
+    // BF16 matrix → slot in `buf`
+    let mut mat = |r: &mut Reader<'_>, suffix: &str| -> Result<MatSlot> {
+        let (shape, _, name) = spec(specs, l, suffix)?;
+        let off = buf.len();
+        r.bf16_into(&name, &shape, &mut buf)?;
+        Ok(MatSlot {
+            off,
+            rows: shape[0],
+            cols: shape[1],
+        })
+    };
+    // small BF16 vector → fp32
+    let vec_bf16 = |r: &mut Reader<'_>, suffix: &str| -> Result<Vec<f32>> {
+        let (shape, _, name) = spec(specs, l, suffix)?;
+        r.bf16_f32(&name, &shape)
+    };
+    let vec_f32 = |r: &mut Reader<'_>, suffix: &str| -> Result<Vec<f32>> {
+        let (shape, _, name) = spec(specs, l, suffix)?;
+        r.f32(&name, &shape)
+    };
+    let input_layernorm = vec_bf16(r, "input_layernorm.weight")?;
+    let post_attention_layernorm = vec_bf16(r, "post_attention_layernorm.weight")?;
     let f_attn_res = fold(
-        &r.bf16_f32(&format!("{p}self_attention_res_norm.weight"), &[h])?,
-        &r.bf16_f32(&format!("{p}self_attention_res_proj.weight"), &[1, h])?,
+        &vec_bf16(r, "self_attention_res_norm.weight")?,
+        &vec_bf16(r, "self_attention_res_proj.weight")?,
     );
     let f_mlp_res = fold(
-        &r.bf16_f32(&format!("{p}mlp_res_norm.weight"), &[h])?,
-        &r.bf16_f32(&format!("{p}mlp_res_proj.weight"), &[1, h])?,
+        &vec_bf16(r, "mlp_res_norm.weight")?,
+        &vec_bf16(r, "mlp_res_proj.weight")?,
     );
-    let a = format!("{p}self_attn.");
     let (attn, attn_vecs) = match d.kinds[l] {
         AttnKind::Kda => {
-            let (pk, dk, hk, kc) = (d.pk, d.dk, d.hk, d.kc);
-            let mut m =
-                |n: &str, rows, cols| push_mat(r, &mut buf, &format!("{a}{n}.weight"), rows, cols);
             let slots = [
-                m("q_proj", pk, h)?,
-                m("k_proj", pk, h)?,
-                m("v_proj", pk, h)?,
-                m("f_a_proj", dk, h)?,
-                m("f_b_proj", pk, dk)?,
-                m("b_proj", hk, h)?,
-                m("g_proj", pk, h)?,
-                m("o_proj", h, pk)?,
+                mat(r, "self_attn.q_proj.weight")?,
+                mat(r, "self_attn.k_proj.weight")?,
+                mat(r, "self_attn.v_proj.weight")?,
+                mat(r, "self_attn.f_a_proj.weight")?,
+                mat(r, "self_attn.f_b_proj.weight")?,
+                mat(r, "self_attn.b_proj.weight")?,
+                mat(r, "self_attn.g_proj.weight")?,
+                mat(r, "self_attn.o_proj.weight")?,
             ];
-            let a_log_name = format!("{a}A_log");
-            let a_log = r.f32(&a_log_name, &[dk.max(hk)])?;
+            let a_log = vec_f32(r, "self_attn.A_log")?;
+            let hk = d.hk;
             // The checkpoint stores max(Dk, Hk) values for Hk heads: a non-zero tail would mean a
             // per-channel layout this engine does not implement (MODEL.md §4).
             if let Some(i) = (hk..a_log.len()).find(|&i| a_log[i] != 0.0) {
                 return Err(Error::invalid(format!(
-                    "{a_log_name}: entry {i} is {} but entries {hk}.. must be 0 (A_log is per head: only the first {hk} values are used)",
+                    "{}: entry {i} is {} but entries {hk}.. must be 0 (A_log is per head: only the first {hk} values are used)",
+                    layer_tensor_name(l, "self_attn.A_log"),
                     a_log[i]
                 )));
             }
             let vecs = KdaVecs {
-                q_conv: r.f32(&format!("{a}q_conv1d.weight"), &[pk, 1, kc])?,
-                k_conv: r.f32(&format!("{a}k_conv1d.weight"), &[pk, 1, kc])?,
-                v_conv: r.f32(&format!("{a}v_conv1d.weight"), &[pk, 1, kc])?,
+                q_conv: vec_f32(r, "self_attn.q_conv1d.weight")?,
+                k_conv: vec_f32(r, "self_attn.k_conv1d.weight")?,
+                v_conv: vec_f32(r, "self_attn.v_conv1d.weight")?,
                 a_log: a_log[..hk].to_vec(),
-                dt_bias: r.f32(&format!("{a}dt_bias"), &[pk])?,
-                o_norm: r.f32(&format!("{a}o_norm.weight"), &[dk])?,
+                dt_bias: vec_f32(r, "self_attn.dt_bias")?,
+                o_norm: vec_f32(r, "self_attn.o_norm.weight")?,
             };
             (AttnSlots::Kda(slots), AttnVecs::Kda(vecs))
         }
         AttnKind::Mla => {
-            let (hm, dq, rq, rkv, dr, dn, dv) = (d.hm, d.dq, d.rq, d.rkv, d.dr, d.dn, d.dv);
-            let mut m =
-                |n: &str, rows, cols| push_mat(r, &mut buf, &format!("{a}{n}.weight"), rows, cols);
             let s4 = [
-                m("q_a_proj", rq, h)?,
-                m("q_b_proj", hm * dq, rq)?,
-                m("kv_a_proj_with_mqa", rkv + dr, h)?,
-                m("kv_b_proj", hm * (dn + dv), rkv)?,
+                mat(r, "self_attn.q_a_proj.weight")?,
+                mat(r, "self_attn.q_b_proj.weight")?,
+                mat(r, "self_attn.kv_a_proj_with_mqa.weight")?,
+                mat(r, "self_attn.kv_b_proj.weight")?,
             ];
             let g = if d.out_gate {
-                Some(m("g_proj", hm * dv, h)?)
+                Some(mat(r, "self_attn.g_proj.weight")?)
             } else {
                 None
             };
-            let o = m("o_proj", h, hm * dv)?;
+            let o = mat(r, "self_attn.o_proj.weight")?;
             let vecs = MlaVecs {
-                q_a_layernorm: r.bf16_f32(&format!("{a}q_a_layernorm.weight"), &[rq])?,
-                kv_a_layernorm: r.bf16_f32(&format!("{a}kv_a_layernorm.weight"), &[rkv])?,
+                q_a_layernorm: vec_bf16(r, "self_attn.q_a_layernorm.weight")?,
+                kv_a_layernorm: vec_bf16(r, "self_attn.kv_a_layernorm.weight")?,
             };
             (AttnSlots::Mla(s4, g, o), AttnVecs::Mla(vecs))
         }
     };
     let (ffn, moe_vecs) = if l < d.first_dense {
-        let f = format!("{p}mlp.");
-        let mut m =
-            |n: &str, rows, cols| push_mat(r, &mut buf, &format!("{f}{n}.weight"), rows, cols);
         let s = [
-            m("gate_proj", d.f, h)?,
-            m("up_proj", d.f, h)?,
-            m("down_proj", h, d.f)?,
+            mat(r, "mlp.gate_proj.weight")?,
+            mat(r, "mlp.up_proj.weight")?,
+            mat(r, "mlp.down_proj.weight")?,
         ];
         (FfnSlots::Dense(s), None)
     } else {
-        let f = format!("{p}block_sparse_moe.");
-        let mut m = |n: &str, rows, cols| push_mat(r, &mut buf, &format!("{f}{n}"), rows, cols);
         let s = [
-            m("gate.weight", d.e, h)?,
-            m("routed_expert_down_proj.weight", d.l, h)?,
-            m("routed_expert_up_proj.weight", h, d.l)?,
+            mat(r, "block_sparse_moe.gate.weight")?,
+            mat(r, "block_sparse_moe.routed_expert_down_proj.weight")?,
+            mat(r, "block_sparse_moe.routed_expert_up_proj.weight")?,
         ];
         let sh = if d.sw > 0 {
             Some([
-                m("shared_experts.gate_proj.weight", d.sw, h)?,
-                m("shared_experts.up_proj.weight", d.sw, h)?,
-                m("shared_experts.down_proj.weight", h, d.sw)?,
+                mat(r, "block_sparse_moe.shared_experts.gate_proj.weight")?,
+                mat(r, "block_sparse_moe.shared_experts.up_proj.weight")?,
+                mat(r, "block_sparse_moe.shared_experts.down_proj.weight")?,
             ])
         } else {
             None
         };
         let vecs = MoeVecs {
-            bias: r.f32(&format!("{f}gate.e_score_correction_bias"), &[d.e])?,
+            bias: vec_f32(r, "block_sparse_moe.gate.e_score_correction_bias")?,
             routed_expert_norm: if d.latent_norm {
-                Some(r.bf16_f32(&format!("{f}routed_expert_norm.weight"), &[d.l])?)
+                Some(vec_bf16(r, "block_sparse_moe.routed_expert_norm.weight")?)
             } else {
                 None
             },
@@ -541,26 +547,22 @@ pub fn bind_layer(r: &mut Reader<'_>, d: &Dims, l: usize) -> Result<(LayerWeight
     Ok((lw, buf))
 }
 
-/// Binds the model-level tables.
+/// Binds the model-level tables (names from the catalogue).
 pub fn bind_tables(r: &mut Reader<'_>, d: &Dims) -> Result<Tables> {
     let (v, h) = (d.v, d.h);
     let mut embed = Vec::new();
-    r.bf16_into(
-        "language_model.model.embed_tokens.weight",
-        &[v, h],
-        &mut embed,
-    )?;
+    r.bf16_into(catalogue::EMBED_TOKENS, &[v, h], &mut embed)?;
     let lm_head = if d.tied {
         None
     } else {
         let mut w = Vec::new();
-        r.bf16_into("language_model.lm_head.weight", &[v, h], &mut w)?;
+        r.bf16_into(catalogue::LM_HEAD, &[v, h], &mut w)?;
         Some(w)
     };
-    let norm = r.bf16_f32("language_model.model.norm.weight", &[h])?;
+    let norm = r.bf16_f32(catalogue::FINAL_NORM, &[h])?;
     let f_output_attn_res = fold(
-        &r.bf16_f32("language_model.model.output_attn_res_norm.weight", &[h])?,
-        &r.bf16_f32("language_model.model.output_attn_res_proj.weight", &[1, h])?,
+        &r.bf16_f32(catalogue::OUTPUT_ATTN_RES_NORM, &[h])?,
+        &r.bf16_f32(catalogue::OUTPUT_ATTN_RES_PROJ, &[1, h])?,
     );
     Ok(Tables {
         embed,
@@ -570,35 +572,20 @@ pub fn bind_tables(r: &mut Reader<'_>, d: &Dims) -> Result<Tables> {
     })
 }
 
-/// Locations of every routed expert of MoE layer `l`, checked for shape and dtype (read later,
-/// on demand).
-pub fn locate_experts(r: &Reader<'_>, d: &Dims, l: usize) -> Result<Vec<ExpertLocation>> {
-    let p = layer_prefix(l);
-    let (i, lat) = (d.i, d.l);
-    (0..d.e)
+/// Locations of every routed expert of MoE layer `l`, checked for shape and dtype against the
+/// catalogue (read later, on demand).
+pub fn locate_experts(r: &Reader<'_>, cfg: &Config, l: usize) -> Result<Vec<ExpertLocation>> {
+    (0..cfg.num_experts)
         .map(|e| {
-            let base = format!("{p}block_sparse_moe.experts.{e}.");
+            let specs = catalogue::expert_tensors(cfg, l, e);
             let mut parts = Vec::with_capacity(6);
-            let mut names = Vec::with_capacity(6);
-            for (w, rows, cols) in [("w1", i, lat), ("w2", lat, i), ("w3", i, lat)] {
-                let (x, n) = r.extent(
-                    &format!("{base}{w}.weight_packed"),
-                    &[rows, cols / 2],
-                    Dtype::U8,
-                )?;
-                parts.push(x);
-                names.push(n);
-                let (x, n) = r.extent(
-                    &format!("{base}{w}.weight_scale"),
-                    &[rows, cols / 32],
-                    Dtype::U8,
-                )?;
-                parts.push(x);
-                names.push(n);
+            for s in &specs {
+                let shape: Vec<usize> = s.shape.iter().map(|&x| x as usize).collect();
+                parts.push(r.extent(&s.name, &shape, s.dtype)?.0);
             }
             Ok(ExpertLocation {
                 parts: parts.try_into().unwrap(),
-                names: names.try_into().unwrap(),
+                names: specs.map(|s| s.name),
             })
         })
         .collect()
