@@ -390,7 +390,7 @@ pub fn fold(norm: &[f32], proj: &[f32]) -> Vec<f32> {
 }
 
 /// The catalogue's shape and dtype of trunk tensor `suffix` of a layer (MODEL.md §4).
-fn spec(specs: &'s [SuffixSpec], l: usize, suffix: &str) -> Result<(Vec<usize>, Dtype, String)> {
+fn spec(specs: &[SuffixSpec], l: usize, suffix: &str) -> Result<(Vec<usize>, Dtype, String)> {
     let s = specs
         .iter()
         .find(|s| s.suffix == suffix)
