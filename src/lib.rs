@@ -10,6 +10,7 @@ pub mod config;
 pub mod error;
 pub mod fnv;
 pub mod json;
+pub mod tokenizer;
 
 pub use error::{Error, ErrorKind, Result};
 
