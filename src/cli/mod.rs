@@ -5,6 +5,7 @@ use crate::error::{Error, Result};
 use std::ffi::OsString;
 
 pub mod args;
+pub mod tokenize;
 
 const USAGE: &str = "\
 usage:
@@ -44,6 +45,8 @@ fn dispatch(args: Vec<OsString>) -> Result<()> {
             print!("{USAGE}");
             Ok(())
         }
+        "tokenize" => tokenize::run_tokenize(&args[1..]),
+        "detokenize" => tokenize::run_detokenize(&args[1..]),
         "--version" | "-V" => {
             println!("k3 {} ({})", crate::VERSION, crate::GIT_COMMIT);
             Ok(())
