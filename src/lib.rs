@@ -19,6 +19,7 @@ pub mod plan;
 pub mod report;
 pub mod safetensors;
 pub mod stream;
+pub mod tokenizer;
 
 pub use error::{Error, ErrorKind, Result};
 

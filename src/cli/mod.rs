@@ -7,6 +7,7 @@ use std::ffi::OsString;
 pub mod args;
 pub mod inspect;
 pub mod run;
+pub mod tokenize;
 
 const USAGE: &str = "\
 usage:
@@ -47,6 +48,8 @@ fn dispatch(args: Vec<OsString>) -> Result<()> {
             Ok(())
         }
         "inspect" => inspect::run(&args[1..]),
+        "tokenize" => tokenize::run_tokenize(&args[1..]),
+        "detokenize" => tokenize::run_detokenize(&args[1..]),
         "--version" | "-V" => {
             println!("k3 {} ({})", crate::VERSION, crate::GIT_COMMIT);
             Ok(())

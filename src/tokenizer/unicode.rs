@@ -1,0 +1,173 @@
+//! Character classes of the pre-tokeniser (TOKENIZER.md §6.2), looked up per code point.
+//!
+//! The data are the generated ranges of [`unicode_tables`](super::unicode_tables) (UCD 16.0.0,
+//! §7). Lookups go through a two-level table built once from those ranges (256 code points per
+//! block, identical blocks shared), which [`lookup_ranges`] (binary search) cross-checks.
+
+use super::unicode_tables::RANGES;
+use std::sync::OnceLock;
+
+pub use super::unicode_tables::{SOURCE as UNICODE_SOURCE, UNICODE_VERSION};
+
+/// `\p{L}`: General_Category Lu, Ll, Lt, Lm or Lo.
+pub const LETTER: u8 = 1 << 0;
+/// `\p{N}`: General_Category Nd, Nl or No.
+pub const NUM: u8 = 1 << 1;
+/// `\s`: the White_Space property.
+pub const WS: u8 = 1 << 2;
+/// UP: (Lu, Lt, Lm, Lo or a mark) and not Script=Han.
+pub const UP: u8 = 1 << 3;
+/// LOW: (Ll, Lm, Lo or a mark) and not Script=Han.
+pub const LOW: u8 = 1 << 4;
+/// HAN: Script = Han (not Script_Extensions).
+pub const HAN: u8 = 1 << 5;
+/// NL: U+000D or U+000A.
+pub const NL: u8 = 1 << 6;
+/// `\p{M}`: General_Category Mn, Mc or Me.
+pub const MARK: u8 = 1 << 7;
+
+/// PRE of §6.2: not NL, not LETTER, not NUM.
+#[inline]
+pub fn is_pre(flags: u8) -> bool {
+    flags & (NL | LETTER | NUM) == 0
+}
+
+/// PUNCT of §6.2: not WS, not LETTER, not NUM (marks and unassigned code points included).
+#[inline]
+pub fn is_punct(flags: u8) -> bool {
+    flags & (WS | LETTER | NUM) == 0
+}
+
+/// The class flags of code point `cp` by binary search over the generated ranges
+/// (0 for code points in no range, e.g. unassigned ones, and for values above U+10FFFF).
+pub fn lookup_ranges(cp: u32) -> u8 {
+    let i = RANGES.partition_point(|&(_, last, _)| last < cp);
+    match RANGES.get(i) {
+        Some(&(first, _, flags)) if first <= cp => flags,
+        _ => 0,
+    }
+}
+
+/// Two-level class table: `blocks[index[cp >> 8]][cp & 0xFF]`.
+pub struct Classes {
+    index: Vec<u16>,
+    blocks: Vec<[u8; 256]>,
+}
+
+const NUM_BLOCKS: usize = 0x110000 >> 8;
+
+impl Classes {
+    fn build() -> Classes {
+        let mut index = Vec::with_capacity(NUM_BLOCKS);
+        let mut blocks: Vec<[u8; 256]> = Vec::new();
+        let mut seen: std::collections::HashMap<[u8; 256], u16> = Default::default();
+        let mut r = 0; // first range that may intersect the current block
+        for block in 0..NUM_BLOCKS as u32 {
+            let base = block << 8;
+            let mut data = [0u8; 256];
+            while r < RANGES.len() && RANGES[r].1 < base {
+                r += 1;
+            }
+            let mut k = r;
+            while k < RANGES.len() && RANGES[k].0 <= base + 255 {
+                let (first, last, flags) = RANGES[k];
+                let lo = first.max(base) - base;
+                let hi = last.min(base + 255) - base;
+                for f in &mut data[lo as usize..=hi as usize] {
+                    *f = flags;
+                }
+                k += 1;
+            }
+            let id = *seen.entry(data).or_insert_with(|| {
+                blocks.push(data);
+                (blocks.len() - 1) as u16
+            });
+            index.push(id);
+        }
+        Classes { index, blocks }
+    }
+
+    /// The table, built on first use (about a millisecond) and shared.
+    pub fn get() -> &'static Classes {
+        static TABLE: OnceLock<Classes> = OnceLock::new();
+        TABLE.get_or_init(Classes::build)
+    }
+
+    /// The class flags of code point `cp` (0 above U+10FFFF).
+    #[inline]
+    pub fn flags(&self, cp: u32) -> u8 {
+        match self.index.get((cp >> 8) as usize) {
+            Some(&b) => self.blocks[b as usize][(cp & 0xFF) as usize],
+            None => 0,
+        }
+    }
+
+    /// Number of distinct 256-code-point blocks (table size diagnostics).
+    pub fn distinct_blocks(&self) -> usize {
+        self.blocks.len()
+    }
+}
+
+/// Decodes the character starting at byte `i` of valid UTF-8 `b`: (code point, byte length).
+///
+/// `b` must be valid UTF-8 (it comes from a `&str`) and `i` a character boundary.
+#[inline(always)]
+pub fn decode_at(b: &[u8], i: usize) -> (u32, usize) {
+    let b0 = b[i];
+    if b0 < 0x80 {
+        (b0 as u32, 1)
+    } else if b0 < 0xE0 {
+        (((b0 as u32 & 0x1F) << 6) | (b[i + 1] as u32 & 0x3F), 2)
+    } else if b0 < 0xF0 {
+        (
+            ((b0 as u32 & 0x0F) << 12) | ((b[i + 1] as u32 & 0x3F) << 6) | (b[i + 2] as u32 & 0x3F),
+            3,
+        )
+    } else {
+        (
+            ((b0 as u32 & 0x07) << 18)
+                | ((b[i + 1] as u32 & 0x3F) << 12)
+                | ((b[i + 2] as u32 & 0x3F) << 6)
+                | (b[i + 3] as u32 & 0x3F),
+            4,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_level_table_equals_ranges() {
+        let c = Classes::get();
+        for cp in 0..0x110000u32 {
+            assert_eq!(c.flags(cp), lookup_ranges(cp), "U+{cp:04X}");
+        }
+        assert_eq!(c.flags(0x110000), 0);
+    }
+
+    #[test]
+    fn ranges_sorted_and_disjoint() {
+        for w in RANGES.windows(2) {
+            assert!(w[0].0 <= w[0].1 && w[0].1 < w[1].0);
+        }
+    }
+
+    #[test]
+    fn spot_checks() {
+        let c = Classes::get();
+        assert_eq!(c.flags('a' as u32), LETTER | LOW);
+        assert_eq!(c.flags('A' as u32), LETTER | UP);
+        assert_eq!(c.flags('\n' as u32), WS | NL);
+        assert_eq!(c.flags(' ' as u32), WS);
+        assert_eq!(c.flags('5' as u32), NUM);
+        assert_eq!(c.flags('中' as u32), LETTER | HAN);
+        assert_eq!(c.flags('〇' as u32), NUM | HAN);
+        assert_eq!(c.flags('あ' as u32), LETTER | UP | LOW);
+        assert_eq!(c.flags(0x0301), MARK | UP | LOW);
+        assert_eq!(c.flags('!' as u32), 0);
+        assert!(is_punct(c.flags(0x0301)) && is_pre(c.flags(0x0301)));
+        assert!(is_pre(c.flags('\t' as u32)) && !is_punct(c.flags('\t' as u32)));
+    }
+}
