@@ -4,6 +4,7 @@
 //! generated ids on standard output, write `--out` JSON and `--dump-logits` rows.
 
 use super::args::{Args, Spec};
+use super::tokenize::{load_tokenizer, prompt_ids, tokenizer_dir, TextPrinter};
 use crate::census::Census;
 use crate::checkpoint::TensorIndex;
 use crate::config::Config;
@@ -67,17 +68,14 @@ const NOT_YET: &[(&str, &str)] = &[
     ("save-state", "session state files"),
     ("load-state", "session state files"),
     ("dump-cache-trace", "expert traces"),
-    ("prompt", "the tokenizer"),
-    ("prompt-file", "the tokenizer"),
-    ("tok", "the tokenizer"),
 ];
 
-/// The parsed run request.
-#[derive(Debug, Clone)]
+/// The parsed run request (the prompt is resolved once the tokenizer is loaded).
+#[derive(Debug)]
 struct Request {
+    args: Args,
     model_dir: PathBuf,
     config: PathBuf,
-    ids: Vec<u32>,
     gen: usize,
     full_recompute: bool,
     chunk: usize,
@@ -120,10 +118,11 @@ fn parse_request(argv: &[OsString]) -> Result<Request> {
         }
     }
     let model_dir = PathBuf::from(&a.positional[0]);
-    let ids_text = a.value("ids")?.ok_or_else(|| {
-        Error::invalid("run: one of --prompt, --prompt-file or --ids is required")
-    })?;
-    let ids = parse_ids(&ids_text)?;
+    if a.present(&["prompt", "prompt-file", "ids"]).is_empty() {
+        return Err(Error::invalid(
+            "no prompt: give one of `--prompt TEXT`, `--prompt-file PATH`, `--ids 1,2,3`",
+        ));
+    }
     let gen = a
         .parsed::<usize>("gen", "a non-negative integer")?
         .unwrap_or(16);
@@ -149,42 +148,31 @@ fn parse_request(argv: &[OsString]) -> Result<Request> {
     if layers == Some(0) {
         return Err(Error::invalid("flag `--layers`: must be at least 1"));
     }
+    let (full_recompute, out, dump_logits, quiet, isa) = (
+        a.switch("full-recompute"),
+        a.value_os("out").map(PathBuf::from),
+        a.value_os("dump-logits").map(PathBuf::from),
+        a.switch("quiet"),
+        a.value("isa")?,
+    );
     Ok(Request {
         config: a
             .value_os("config")
             .map(PathBuf::from)
             .unwrap_or_else(|| model_dir.join("config.json")),
         model_dir,
-        ids,
         gen,
-        full_recompute: a.switch("full-recompute"),
+        full_recompute,
         chunk,
         stop_ids,
         threads,
-        isa: a.value("isa")?,
+        isa,
         layers,
-        out: a.value_os("out").map(PathBuf::from),
-        dump_logits: a.value_os("dump-logits").map(PathBuf::from),
-        quiet: a.switch("quiet"),
+        out,
+        dump_logits,
+        quiet,
+        args: a,
     })
-}
-
-/// Parses `--ids 1,2,3` (whitespace around ids allowed; an empty list is refused).
-fn parse_ids(text: &str) -> Result<Vec<u32>> {
-    let mut ids = Vec::new();
-    for (i, part) in text.split(',').enumerate() {
-        let p = part.trim();
-        let id = p.parse::<u32>().map_err(|_| {
-            Error::invalid(format!(
-                "flag `--ids`: item {i} `{p}` is not a token id (expected comma-separated non-negative integers)"
-            ))
-        })?;
-        ids.push(id);
-    }
-    if ids.is_empty() {
-        return Err(Error::invalid("flag `--ids`: no ids given"));
-    }
-    Ok(ids)
 }
 
 /// Runs the command; the report (and `--out`) is produced also when the run fails.
@@ -200,7 +188,6 @@ pub fn run(argv: &[OsString]) -> Result<()> {
             "incremental"
         }
         .to_string(),
-        prompt_ids: req.ids.clone(),
         stop_reason: "error".to_string(),
         ..RunReport::default()
     };
@@ -289,8 +276,15 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
         )));
     }
     rep.layers_bound = layers;
+    // The tokenizer (`--tok`, or the model directory when it holds the files) and the prompt.
+    let tok = load_tokenizer(&req.args, &req.model_dir)?;
+    if let Some(t) = &tok {
+        t.check_vocab_size(d.v)?;
+    }
+    let ids = prompt_ids(&req.args, tok.as_ref())?;
+    rep.prompt_ids = ids.clone();
     // Input checks before any work (exit 2).
-    for (p, &id) in req.ids.iter().enumerate() {
+    for (p, &id) in ids.iter().enumerate() {
         if id as usize >= d.v {
             return Err(Error::invalid(format!(
                 "flag `--ids`: id {id} at position {p} is outside the vocabulary (vocab_size {} in {})",
@@ -299,21 +293,28 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
             )));
         }
     }
-    let positions = req.ids.len() + req.gen;
+    let positions = ids.len() + req.gen;
     if let Some(maxp) = cfg.max_position_embeddings {
         if positions as u64 > maxp {
             return Err(Error::invalid(format!(
                 "prompt ({} ids) + --gen {} = {positions} positions exceeds max_position_embeddings {maxp} of {}",
-                req.ids.len(),
+                ids.len(),
                 req.gen,
                 req.config.display()
             )));
         }
     }
-    let mut stop_ids = req.stop_ids.clone();
-    if let Some(eos) = cfg.eos_token_id {
-        if (eos as usize) < d.v {
-            stop_ids.push(eos as u32);
+    // End ids (ENGINE.md §3): with a tokenizer [EOS] and <|end_of_msg|>; without one the
+    // config's eos_token_id when it is inside the vocabulary; plus every --stop-id.
+    let mut end_ids = Vec::new();
+    match &tok {
+        Some(t) => end_ids.extend(t.end_of_turn_ids()),
+        None => {
+            if let Some(eos) = cfg.eos_token_id {
+                if (eos as usize) < d.v {
+                    end_ids.push(eos as u32);
+                }
+            }
         }
     }
     // --isa / --threads win over K3_ISA / K3_THREADS (ENGINE.md §3)
@@ -376,7 +377,7 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
             expert_buffers,
             expert_bytes: model::expert_bytes(&d),
             tensor_index: index.heap_bytes() as u64,
-            tokenizer: 0,
+            tokenizer: tokenizer_bytes(&req.args, &req.model_dir),
         },
     );
     plan.available = crate::io::sys::memory_available().available();
@@ -403,6 +404,7 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
     let mut dump = Dump::open(&req.dump_logits)?;
     let mut hash = Fnv1a64::new();
     let mut out = std::io::stdout();
+    let mut printer = tok.as_ref().map(|t| TextPrinter::new(t, std::io::stdout()));
     let v = d.v;
     let m = &bound.model;
 
@@ -436,7 +438,7 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
         &mut state,
         &mut bound.trunk,
         &mut bound.experts,
-        &req.ids,
+        &ids,
         want_all,
     )?;
     rep.timing.prefill_seconds = t_pre.elapsed().as_secs_f64();
@@ -446,8 +448,8 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
     }
     say(&format!(
         "prefill: {} positions in {} chunks of up to {}, {:.3} s",
-        req.ids.len(),
-        req.ids.len().div_ceil(req.chunk),
+        ids.len(),
+        ids.len().div_ceil(req.chunk),
         req.chunk,
         rep.timing.prefill_seconds
     ));
@@ -462,7 +464,7 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
     let mut logits = rows[rows.len() - v.min(rows.len())..].to_vec();
     let mut step_secs = rep.timing.prefill_seconds;
     let mut step_stats = diff(bound.experts.stats(), s0);
-    let mut full = req.ids.clone();
+    let mut full = ids.clone();
     let mut printed = false;
     for step in 0..req.gen {
         // The forward refused non-finite logits, so the argmax is over finite values.
@@ -479,19 +481,23 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
             logits_fnv1a64: k3_kernels::fnv1a64_f32(&logits),
             experts: step_stats,
         });
-        let _ = write!(out, "{}{tok}", if printed { "," } else { "" });
-        let _ = out.flush();
+        match &mut printer {
+            Some(p) => p.push(tok)?,
+            None => {
+                let _ = write!(out, "{}{tok}", if printed { "," } else { "" });
+                let _ = out.flush();
+            }
+        }
         printed = true;
         if !quiet {
             eprintln!("{}", rep.step_line(step));
         }
-        if stop_ids.contains(&tok) {
-            rep.stop_reason = if req.stop_ids.contains(&tok) {
-                "stop_id"
-            } else {
-                "end_of_turn"
-            }
-            .to_string();
+        if end_ids.contains(&tok) {
+            rep.stop_reason = "end_of_turn".to_string();
+            break;
+        }
+        if req.stop_ids.contains(&tok) {
+            rep.stop_reason = "stop_id".to_string();
             break;
         }
         if step + 1 == req.gen {
@@ -524,8 +530,18 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
         rep.timing.decode_seconds += step_secs;
         step_stats = diff(bound.experts.stats(), s);
     }
-    if printed {
-        let _ = writeln!(out);
+    match &mut printer {
+        Some(p) => {
+            p.finish()?;
+            let _ = writeln!(out);
+        }
+        None if printed => {
+            let _ = writeln!(out);
+        }
+        None => {}
+    }
+    if let Some(t) = &tok {
+        rep.generated_text = Some(t.decode_lossy(&rep.generated_ids)?);
     }
     dump.finish()?;
     rep.logits_hash = hash.finish();
@@ -542,6 +558,17 @@ fn diff(a: ExpertStats, b: ExpertStats) -> ExpertStats {
         bytes_read: a.bytes_read - b.bytes_read,
         read_seconds: a.read_seconds - b.read_seconds,
     }
+}
+
+/// Bytes the tokenizer tables take in memory (estimate: twice the rank file).
+fn tokenizer_bytes(args: &Args, model_dir: &Path) -> u64 {
+    let dir = tokenizer_dir(
+        args.value_os("tok").map(PathBuf::from).as_deref(),
+        model_dir,
+    );
+    dir.and_then(|d| std::fs::metadata(d.join(crate::tokenizer::TIKTOKEN_FILE)).ok())
+        .map(|m| 2 * m.len())
+        .unwrap_or(0)
 }
 
 /// True if `dir` looks like a model directory (for the dispatcher).
