@@ -238,6 +238,7 @@ fn run(cli: &Cli) -> Result<(), (i32, String)> {
         sync: cli.sync,
         progress: Some(&mut progress),
         open: Some(&open_direct),
+        stage_bytes: None,
     };
     let t0 = Instant::now();
     let summary = gen::generate(spec, &cli.dir, opts).map_err(|e| {

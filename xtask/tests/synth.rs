@@ -202,6 +202,23 @@ fn same_seed_same_bytes_other_seed_other_bytes_any_thread_count() {
         files(b.path()),
         "bytes independent of threads"
     );
+    // Units much smaller than a shard (blocks cut at unit boundaries): same bytes.
+    let e = tmp();
+    synth::generate(
+        &spec,
+        e.path(),
+        Options {
+            threads: 3,
+            stage_bytes: Some(12_288),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        files(a.path()),
+        files(e.path()),
+        "bytes independent of the write size"
+    );
     let mut other = spec.clone();
     other.seed = 1;
     gen(&other, c.path(), 2);
