@@ -1,11 +1,15 @@
 //! `cargo xtask <task>`: developer tasks (gates, fuzz-smoke, synth, bench, table generation).
 
+mod fuzz_smoke;
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
+    let code = match args.first().map(String::as_str) {
+        Some("fuzz-smoke") => fuzz_smoke::run(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask <task> (no tasks yet)");
-            std::process::exit(2);
+            eprintln!("usage: cargo xtask fuzz-smoke [--seconds N] [--target NAME]...");
+            2
         }
-    }
+    };
+    std::process::exit(code);
 }
