@@ -1,13 +1,17 @@
 //! `cargo xtask <task>`: developer tasks (gates, fuzz-smoke, synth, bench, table generation).
 
+mod fuzz_smoke;
 mod synth;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let code = match args.first().map(String::as_str) {
+        Some("fuzz-smoke") => fuzz_smoke::run(&args[1..]),
         Some("synth") => synth::main(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask <task> (tasks: synth)");
+            eprintln!(
+                "usage: cargo xtask fuzz-smoke [--seconds N] [--target NAME]...\n       cargo xtask synth <dir> [options] (see --help)"
+            );
             2
         }
     };
