@@ -1,18 +1,27 @@
 //! `cargo xtask <task>`: developer tasks (gates, fuzz-smoke, synth, bench, table generation).
 
+mod fuzz_smoke;
+mod synth;
 mod unicode_tables;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("unicode-tables") => unicode_tables::run(&args[1..]),
+    let code = match args.first().map(String::as_str) {
+        Some("fuzz-smoke") => fuzz_smoke::run(&args[1..]),
+        Some("synth") => synth::main(&args[1..]),
+        Some("unicode-tables") => match unicode_tables::run(&args[1..]) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("xtask: {e}");
+                1
+            }
+        },
         _ => {
-            eprintln!("usage: cargo xtask unicode-tables --ucd DIR [--out PATH]");
-            std::process::exit(2);
+            eprintln!(
+                "usage: cargo xtask fuzz-smoke [--seconds N] [--target NAME]...\n       cargo xtask synth <dir> [options] (see --help)\n       cargo xtask unicode-tables --ucd DIR [--out PATH]"
+            );
+            2
         }
     };
-    if let Err(e) = result {
-        eprintln!("xtask: {e}");
-        std::process::exit(1);
-    }
+    std::process::exit(code);
 }

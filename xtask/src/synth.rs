@@ -1,0 +1,368 @@
+//! `cargo xtask synth <dir>`: writes a synthetic checkpoint in the released Kimi K3 format at
+//! the released widths (the generator itself is `tests/support/synth.rs`, shared with the
+//! engine's tests). Progress (GB, MB/s, ETA) on stderr; exit 2 for bad flags, 3 when the disk
+//! lacks space, 4 for an I/O failure while writing.
+
+#[path = "../../tests/support/synth.rs"]
+pub mod gen;
+
+use gen::{Options, SynthSpec};
+use std::fs::File;
+use std::io::{self, IsTerminal};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+const USAGE: &str = "\
+usage: cargo xtask synth <dir> [options]
+
+Writes a deterministic synthetic Kimi K3 checkpoint (config.json, shards, index, synth.json).
+
+  --layers N             decoder layers (default 4: dense+KDA, KDA, KDA, MLA)
+  --experts E            routed experts per MoE layer (default 64)
+  --seed S               seed of every value (default 0)
+  --preset NAME          k3 (released widths, default) or small (tiny-k3 widths)
+  --top-k K              num_experts_per_token (default: the preset's, 16 for k3)
+  --full-attn-layers L   one-based MLA layers, comma-separated (default: every 4th and the last)
+  --first-k-dense N      first_k_dense_replace (default 1)
+  --layers-per-shard N   layers per shard after shard 1 (default: the preset's, 1 for k3)
+  --tied                 tie_word_embeddings (no lm_head)
+  --flat-config          flat config.json instead of the released nested shape
+  --no-vision            omit the two dummy vision shards
+  --threads T            generator threads (default: all cores)
+  --force                replace a checkpoint already in <dir>
+  --no-sync              skip fdatasync of each shard
+  --dry-run              print the plan, write nothing
+";
+
+struct Cli {
+    dir: PathBuf,
+    spec: SynthSpec,
+    threads: usize,
+    force: bool,
+    sync: bool,
+    dry_run: bool,
+}
+
+fn usage_err(msg: String) -> (i32, String) {
+    (2, msg)
+}
+
+fn parse_num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, (i32, String)> {
+    v.parse::<T>().map_err(|_| {
+        usage_err(format!(
+            "{flag}: expected a non-negative integer, found `{v}`"
+        ))
+    })
+}
+
+fn parse(args: &[String]) -> Result<Option<Cli>, (i32, String)> {
+    let mut dir = None;
+    let mut preset = "k3".to_string();
+    let mut layers = 4usize;
+    let mut experts = 64usize;
+    let mut seed = 0u64;
+    let mut top_k: Option<usize> = None;
+    let mut full: Option<Vec<usize>> = None;
+    let mut dense: Option<usize> = None;
+    let mut per_shard: Option<usize> = None;
+    let (mut tied, mut flat, mut no_vision) = (false, false, false);
+    let mut threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (mut force, mut sync, mut dry_run) = (false, true, false);
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].as_str();
+        i += 1;
+        let (name, inline) = match a.split_once('=') {
+            Some((n, v)) if a.starts_with("--") => (n, Some(v.to_string())),
+            _ => (a, None),
+        };
+        let mut value = || -> Result<String, (i32, String)> {
+            if let Some(v) = inline.clone() {
+                return Ok(v);
+            }
+            let v = args
+                .get(i)
+                .cloned()
+                .ok_or_else(|| usage_err(format!("{name}: expected a value")))?;
+            i += 1;
+            Ok(v)
+        };
+        match name {
+            "--help" | "-h" => return Ok(None),
+            "--layers" => layers = parse_num(name, &value()?)?,
+            "--experts" => experts = parse_num(name, &value()?)?,
+            "--seed" => seed = parse_num(name, &value()?)?,
+            "--preset" => preset = value()?,
+            "--top-k" => top_k = Some(parse_num(name, &value()?)?),
+            "--full-attn-layers" => {
+                let v = value()?;
+                let list = if v.trim().is_empty() {
+                    Vec::new()
+                } else {
+                    v.split(',')
+                        .map(|s| parse_num(name, s.trim()))
+                        .collect::<Result<Vec<usize>, _>>()?
+                };
+                full = Some(list);
+            }
+            "--first-k-dense" => dense = Some(parse_num(name, &value()?)?),
+            "--layers-per-shard" => per_shard = Some(parse_num(name, &value()?)?),
+            "--threads" => threads = parse_num(name, &value()?)?,
+            "--tied" | "--flat-config" | "--no-vision" | "--force" | "--no-sync" | "--dry-run"
+                if inline.is_some() =>
+            {
+                return Err(usage_err(format!("{name}: takes no value")));
+            }
+            "--tied" => tied = true,
+            "--flat-config" => flat = true,
+            "--no-vision" => no_vision = true,
+            "--force" => force = true,
+            "--no-sync" => sync = false,
+            "--dry-run" => dry_run = true,
+            _ if a.starts_with("--") => {
+                return Err(usage_err(format!("{name}: unknown flag (see --help)")));
+            }
+            _ if dir.is_none() => dir = Some(PathBuf::from(a)),
+            _ => return Err(usage_err(format!("unexpected argument `{a}`"))),
+        }
+    }
+    let dir = dir.ok_or_else(|| usage_err("missing <dir> (see --help)".to_string()))?;
+    let mut spec = match preset.as_str() {
+        "k3" => SynthSpec::k3(layers, experts),
+        "small" => SynthSpec::small(layers, experts),
+        other => {
+            return Err(usage_err(format!(
+                "--preset: unknown preset `{other}` (k3 or small)"
+            )))
+        }
+    };
+    spec.seed = seed;
+    if let Some(k) = top_k {
+        spec.num_experts_per_token = k;
+    }
+    if let Some(f) = full {
+        spec.full_attn_layers = f;
+    }
+    if let Some(d) = dense {
+        spec.first_k_dense_replace = d;
+    }
+    if let Some(p) = per_shard {
+        spec.layers_per_shard = p;
+    }
+    spec.tie_word_embeddings = tied;
+    spec.nested_config = !flat;
+    spec.vision_dummies = !no_vision;
+    if threads == 0 {
+        return Err(usage_err("--threads: must be >= 1".to_string()));
+    }
+    spec.validate()
+        .map_err(|e| usage_err(format!("invalid checkpoint spec: {e}")))?;
+    Ok(Some(Cli {
+        dir,
+        spec,
+        threads,
+        force,
+        sync,
+        dry_run,
+    }))
+}
+
+/// Runs `cargo xtask synth`; returns the exit code.
+pub fn main(args: &[String]) -> i32 {
+    let cli = match parse(args) {
+        Ok(Some(c)) => c,
+        Ok(None) => {
+            print!("{USAGE}");
+            return 0;
+        }
+        Err((code, msg)) => {
+            eprintln!("xtask synth: error: {msg}");
+            return code;
+        }
+    };
+    match run(&cli) {
+        Ok(()) => 0,
+        Err((code, msg)) => {
+            eprintln!("xtask synth: error: {msg}");
+            code
+        }
+    }
+}
+
+fn gb(b: u64) -> f64 {
+    b as f64 / 1e9
+}
+
+fn run(cli: &Cli) -> Result<(), (i32, String)> {
+    let spec = &cli.spec;
+    let plan = spec.plan().map_err(|e| (2, e))?;
+    let total = plan.shard_bytes();
+    eprintln!(
+        "synth: {} layers ({}), H {}, V {}, {} experts/layer top-{}, seed {}: {} shards, {} tensors, {:.2} GB",
+        spec.num_hidden_layers,
+        spec.layer_map(),
+        spec.hidden_size,
+        spec.vocab_size,
+        spec.num_experts,
+        spec.num_experts_per_token,
+        spec.seed,
+        plan.shards.len(),
+        plan.tensor_count(),
+        gb(total)
+    );
+    if cli.dry_run {
+        for s in &plan.shards {
+            println!("{}\t{}\t{}", s.file_name, s.tensors.len(), s.file_size());
+        }
+        return Ok(());
+    }
+    if let Some(free) = free_bytes(&cli.dir) {
+        // Keep 1 GB spare so the machine stays usable for everyone else.
+        if free < total + 1_000_000_000 {
+            return Err((
+                3,
+                format!(
+                    "{}: {:.2} GB free, the checkpoint needs {:.2} GB (+1 GB margin)",
+                    cli.dir.display(),
+                    gb(free),
+                    gb(total)
+                ),
+            ));
+        }
+    }
+    let mut printer = ProgressPrinter::new();
+    let mut progress = |p: &gen::Progress| printer.update(p);
+    let opts = Options {
+        threads: cli.threads,
+        force: cli.force,
+        sync: cli.sync,
+        progress: Some(&mut progress),
+        open: Some(&open_direct),
+        stage_bytes: None,
+    };
+    let t0 = Instant::now();
+    let summary = gen::generate(spec, &cli.dir, opts).map_err(|e| {
+        let code = match e.kind() {
+            io::ErrorKind::InvalidInput | io::ErrorKind::AlreadyExists => 2,
+            _ => 4,
+        };
+        (code, e.to_string())
+    })?;
+    let secs = t0.elapsed().as_secs_f64();
+    printer.finish();
+    eprintln!(
+        "synth: wrote {} ({:.2} GB in {} shards) in {:.1} s: {:.0} MB/s ({} generator threads{})",
+        cli.dir.display(),
+        gb(summary.bytes),
+        summary.plan.shards.len(),
+        secs,
+        summary.bytes as f64 / 1e6 / summary.seconds,
+        cli.threads,
+        if cli.sync {
+            ", O_DIRECT, fdatasync per shard"
+        } else {
+            ", O_DIRECT"
+        }
+    );
+    Ok(())
+}
+
+struct ProgressPrinter {
+    tty: bool,
+    last: f64,
+    printed: bool,
+}
+
+impl ProgressPrinter {
+    fn new() -> Self {
+        ProgressPrinter {
+            tty: io::stderr().is_terminal(),
+            last: 0.0,
+            printed: false,
+        }
+    }
+
+    fn update(&mut self, p: &gen::Progress) {
+        let every = if self.tty { 0.5 } else { 10.0 };
+        if p.seconds - self.last < every && p.done_bytes < p.total_bytes {
+            return;
+        }
+        self.last = p.seconds;
+        let rate = p.done_bytes as f64 / p.seconds.max(1e-9);
+        let eta = (p.total_bytes - p.done_bytes) as f64 / rate.max(1.0);
+        let line = format!(
+            "synth: {:.2}/{:.2} GB  {:.0} MB/s  ETA {:.0} s  shard {}/{}",
+            gb(p.done_bytes),
+            gb(p.total_bytes),
+            rate / 1e6,
+            eta,
+            p.shard + 1,
+            p.shards
+        );
+        if self.tty {
+            eprint!("\r{line}\x1b[K");
+        } else {
+            eprintln!("{line}");
+        }
+        self.printed = true;
+    }
+
+    fn finish(&self) {
+        if self.tty && self.printed {
+            eprintln!();
+        }
+    }
+}
+
+/// Free bytes on the file system that will hold `dir` (its nearest existing ancestor).
+fn free_bytes(dir: &Path) -> Option<u64> {
+    let mut p = dir.to_path_buf();
+    while !p.exists() {
+        if !p.pop() {
+            return None;
+        }
+    }
+    if p.as_os_str().is_empty() {
+        p = PathBuf::from(".");
+    }
+    statvfs_free(&p)
+}
+
+#[cfg(unix)]
+fn statvfs_free(p: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
+    // SAFETY: `c` is a valid NUL-terminated path and `st` is a properly sized out-parameter.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; statvfs only writes into `st`.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    if rc != 0 {
+        return None;
+    }
+    Some(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+#[cfg(not(unix))]
+fn statvfs_free(_: &Path) -> Option<u64> {
+    None
+}
+
+/// Opens a shard for writing with `O_DIRECT` (Linux), so tens of GB bypass the page cache
+/// and the generator writes at device speed; falls back to a buffered file where the file
+/// system refuses direct I/O (e.g. tmpfs).
+fn open_direct(path: &Path) -> io::Result<File> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let direct = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path);
+        if let Ok(f) = direct {
+            return Ok(f);
+        }
+    }
+    File::create(path)
+}
