@@ -86,6 +86,7 @@ struct Request {
     out: Option<PathBuf>,
     dump_logits: Option<PathBuf>,
     quiet: bool,
+    no_progress: bool,
 }
 
 fn parse_request(argv: &[OsString]) -> Result<Request> {
@@ -171,6 +172,7 @@ fn parse_request(argv: &[OsString]) -> Result<Request> {
         out,
         dump_logits,
         quiet,
+        no_progress: a.switch("no-progress"),
         args: a,
     })
 }
@@ -408,6 +410,8 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
     let v = d.v;
     let m = &bound.model;
 
+    // Progress of a multi-chunk forward, on a terminal only (ENGINE.md §6).
+    let progress = !quiet && !req.no_progress && crate::io::sys::stderr_is_terminal();
     // Runs `ids` from a fresh or continued state in prefill chunks; returns the requested rows.
     let forward_chunks = |state: &mut DecodeState,
                           trunk: &mut model::ResidentTrunk,
@@ -427,6 +431,16 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
                 LogitRows::None
             };
             rows.extend(m.forward(&ex, trunk, experts, state, ch, want)?);
+            if progress && n_chunks > 1 {
+                eprint!(
+                    "\rprefill: chunk {}/{n_chunks} ({} positions)",
+                    ci + 1,
+                    state.n_pos
+                );
+                if last {
+                    eprint!("\r\x1b[K");
+                }
+            }
         }
         Ok(rows)
     };
