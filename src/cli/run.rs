@@ -412,15 +412,18 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
 
     // Progress of a multi-chunk forward, on a terminal only (ENGINE.md §6).
     let progress = !quiet && !req.no_progress && crate::io::sys::stderr_is_terminal();
-    // Runs `ids` from a fresh or continued state in prefill chunks; returns the requested rows.
+    // Runs `ids` from a fresh or continued state in prefill chunks. With `all`, every chunk's
+    // rows go to `sink` as they are computed (never more than one chunk held); returns the last
+    // position's logits.
     let forward_chunks = |state: &mut DecodeState,
                           trunk: &mut model::ResidentTrunk,
                           experts: &mut model::experts::PreadExperts,
                           ids: &[u32],
-                          all: bool|
+                          all: bool,
+                          sink: &mut dyn FnMut(&[f32]) -> Result<()>|
      -> Result<Vec<f32>> {
         let n_chunks = ids.len().div_ceil(req.chunk);
-        let mut rows = Vec::new();
+        let mut last_row = Vec::new();
         for (ci, ch) in ids.chunks(req.chunk).enumerate() {
             let last = ci + 1 == n_chunks;
             let want = if all {
@@ -430,7 +433,13 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
             } else {
                 LogitRows::None
             };
-            rows.extend(m.forward(&ex, trunk, experts, state, ch, want)?);
+            let rows = m.forward(&ex, trunk, experts, state, ch, want)?;
+            if all {
+                sink(&rows)?;
+            }
+            if last {
+                last_row = rows[rows.len() - v..].to_vec();
+            }
             if progress && n_chunks > 1 {
                 eprint!(
                     "\rprefill: chunk {}/{n_chunks} ({} positions)",
@@ -442,24 +451,35 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
                 }
             }
         }
-        Ok(rows)
+        Ok(last_row)
     };
 
     // Prefill (the first full-recompute step is the same forward).
     let t_pre = Instant::now();
     let s0 = bound.experts.stats();
-    let rows = forward_chunks(
+    let teacher_forced = req.gen == 0;
+    let mut hashed = 0usize;
+    let mut logits = forward_chunks(
         &mut state,
         &mut bound.trunk,
         &mut bound.experts,
         &ids,
         want_all,
+        &mut |rows| {
+            dump.rows(rows)?;
+            if teacher_forced {
+                // --gen 0: every teacher-forced row is hashed (documented in the report)
+                for r in rows.chunks(v) {
+                    hash.update_f32(r);
+                    hashed += 1;
+                }
+            }
+            Ok(())
+        },
     )?;
     rep.timing.prefill_seconds = t_pre.elapsed().as_secs_f64();
     rep.layers_completed = layers;
-    if want_all {
-        dump.rows(&rows)?;
-    }
+    rep.logits_hashed += hashed;
     say(&format!(
         "prefill: {} positions in {} chunks of up to {}, {:.3} s",
         ids.len(),
@@ -467,15 +487,9 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
         req.chunk,
         rep.timing.prefill_seconds
     ));
-    if req.gen == 0 {
-        // Teacher-forced forward: every row is hashed (documented in the report).
-        for r in rows.chunks(v) {
-            hash.update_f32(r);
-            rep.logits_hashed += 1;
-        }
+    if teacher_forced {
         rep.stop_reason = "length".to_string();
     }
-    let mut logits = rows[rows.len() - v.min(rows.len())..].to_vec();
     let mut step_secs = rep.timing.prefill_seconds;
     let mut step_stats = diff(bound.experts.stats(), s0);
     let mut full = ids.clone();
@@ -528,6 +542,7 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
                 &mut bound.experts,
                 &full,
                 false,
+                &mut |_| Ok(()),
             )?
         } else {
             m.forward(
