@@ -155,10 +155,9 @@ impl<'a> Mxfp4<'a> {
 /// bits of all these values are zero (at most two significant bits), so
 /// `f64::from_bits((hi as u64) << 32)` is the exact element magnitude. Built with integer
 /// exponent arithmetic; a unit test checks it against [`mxfp4_value`].
-#[allow(dead_code)] // used by the SIMD paths as they land
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) static E2M1_SCALED_HI32: [[u32; 8]; 256] = build_scaled_table();
 
-#[allow(dead_code)]
 const fn build_scaled_table() -> [[u32; 8]; 256] {
     // f64 high words of 0, 0.5, 1, 1.5, 2, 3, 4, 6.
     const MAG_HI: [u32; 8] = [
