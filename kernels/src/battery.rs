@@ -16,6 +16,12 @@ use crate::mxfp4::Mxfp4;
 use crate::ops::Kernels;
 use crate::{argmax, cast, find_e8m0_nan, first_non_finite, fnv1a64_f32, moe_select, moe_weights};
 
+/// Operations whose outputs are integers (indices, hashes) rather than floats.
+pub const INTEGER_OPS: [&str; 2] = ["moe_select", "argmax_hash_scan"];
+
+/// Operations whose float outputs contain NaN by design: bit-exact copies of every pattern.
+pub const NAN_COPY_OPS: [&str; 2] = ["widen_bf16", "cast"];
+
 /// One operation's outputs, concatenated over all its battery cases, as little-endian bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatteryOutput {
@@ -255,7 +261,12 @@ impl Battery<'_> {
     fn elementwise(&mut self) {
         let k = self.k;
         let mut r = Rng(4);
-        let mut x: Vec<f32> = branch_points().iter().map(|&v| v as f32).collect();
+        // Finite inputs only: −inf × sig64(−inf) = −inf × 0 would be a NaN.
+        let mut x: Vec<f32> = branch_points()
+            .iter()
+            .map(|&v| v as f32)
+            .filter(|v| v.is_finite())
+            .collect();
         x.extend(r.vec(3001, Kind::Mixed));
         x.extend((0..20011).map(|i| (i as f32 - 10005.0) * 0.013));
         let n = x.len();
@@ -715,7 +726,7 @@ impl Rng {
     }
     /// Uniform in [−1, 1).
     fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 52) as f64 * 2.0 - 1.0
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
     }
     fn one(&mut self, kind: Kind) -> f32 {
         match kind {

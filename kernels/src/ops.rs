@@ -28,7 +28,6 @@ macro_rules! dispatch {
             Isa::Avx2 => unsafe { crate::x86_64::avx2::$f($($arg),*) },
             #[cfg(target_arch = "aarch64")]
             // SAFETY: a `Kernels` only holds an ISA that `Isa::is_available` confirmed.
-            #[allow(unused_unsafe)]
             Isa::Neon => unsafe { crate::aarch64::neon::$f($($arg),*) },
             #[allow(unreachable_patterns)]
             other => unreachable!("ISA {other} is not compiled into this build"),

@@ -83,6 +83,30 @@ fn battery_matches_scalar_at_every_thread_count() {
     );
 }
 
+/// Arithmetic that produces a NaN has a platform-defined payload (x86's default NaN is
+/// negative, AArch64's positive), so the battery must never produce one: a NaN output means
+/// the inputs are wrong, and cross-machine comparison would fail for no kernel fault.
+#[test]
+fn battery_outputs_contain_no_arithmetic_nan() {
+    for o in battery::run_on(Isa::Scalar, 1) {
+        if battery::INTEGER_OPS.contains(&o.op) || battery::NAN_COPY_OPS.contains(&o.op) {
+            continue;
+        }
+        let nan = match o.elem_bytes {
+            4 => o
+                .bytes
+                .chunks(4)
+                .position(|b| f32::from_le_bytes(b.try_into().unwrap()).is_nan()),
+            8 => o
+                .bytes
+                .chunks(8)
+                .position(|b| f64::from_le_bytes(b.try_into().unwrap()).is_nan()),
+            n => panic!("op {}: unexpected element size {n}", o.op),
+        };
+        assert_eq!(nan, None, "op {}: NaN output at element {nan:?}", o.op);
+    }
+}
+
 #[test]
 fn every_available_path_matches_scalar() {
     // Independent of K3_ISA: in-process, every path this CPU has, two thread counts.
