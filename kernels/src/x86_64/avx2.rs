@@ -189,10 +189,11 @@ unsafe fn dot_bf16_impl(w: &[u16], x: &[f32]) -> f64 {
     reduce16(&l)
 }
 
-/// `dot` of two BF16 rows with one fp32 vector, sharing the loads of x. Two rows keep 8
-/// accumulator registers live, leaving room for the operands in the 16 ymm registers.
+/// `dot` of two BF16 rows with one vector x given already widened to f64, sharing the
+/// loads of x. Two rows keep 8 accumulator registers live, leaving room for the operands in
+/// the 16 ymm registers. Widening x once per block leaves one conversion per 4 weights.
 #[inline(always)]
-unsafe fn dot2_bf16(w0: &[u16], w1: &[u16], x: &[f32]) -> (f64, f64) {
+unsafe fn dot2_bf16(w0: &[u16], w1: &[u16], x: &[f64]) -> (f64, f64) {
     let n = x.len();
     let (p0, p1, px) = (w0.as_ptr(), w1.as_ptr(), x.as_ptr());
     let mut a = acc_zero();
@@ -202,10 +203,10 @@ unsafe fn dot2_bf16(w0: &[u16], w1: &[u16], x: &[f32]) -> (f64, f64) {
         // Software prefetch a few cache lines ahead in both weight streams.
         _mm_prefetch::<_MM_HINT_T0>(p0.wrapping_add(i + 256) as *const i8);
         _mm_prefetch::<_MM_HINT_T0>(p1.wrapping_add(i + 256) as *const i8);
-        let x0 = f32x4(px.add(i));
-        let x1 = f32x4(px.add(i + 4));
-        let x2 = f32x4(px.add(i + 8));
-        let x3 = f32x4(px.add(i + 12));
+        let x0 = _mm256_loadu_pd(px.add(i));
+        let x1 = _mm256_loadu_pd(px.add(i + 4));
+        let x2 = _mm256_loadu_pd(px.add(i + 8));
+        let x3 = _mm256_loadu_pd(px.add(i + 12));
         let (u0, u1) = bf16x8(p0.add(i));
         let (u2, u3) = bf16x8(p0.add(i + 8));
         a[0] = _mm256_add_pd(a[0], _mm256_mul_pd(u0, x0));
@@ -223,11 +224,27 @@ unsafe fn dot2_bf16(w0: &[u16], w1: &[u16], x: &[f32]) -> (f64, f64) {
     let mut la = acc_lanes(&a);
     let mut lb = acc_lanes(&b);
     for j in 0..n - i {
-        let xv = x[i + j] as f64;
+        let xv = x[i + j];
         la[j] += bf16_to_f32(w0[i + j]) as f64 * xv;
         lb[j] += bf16_to_f32(w1[i + j]) as f64 * xv;
     }
     (reduce16(&la), reduce16(&lb))
+}
+
+/// x widened exactly to f64.
+#[inline(always)]
+unsafe fn widen_f32(x: &[f32]) -> Vec<f64> {
+    let n = x.len();
+    let mut out = vec![0.0f64; n];
+    let mut i = 0;
+    while i + 4 <= n {
+        _mm256_storeu_pd(out.as_mut_ptr().add(i), f32x4(x.as_ptr().add(i)));
+        i += 4;
+    }
+    for j in i..n {
+        out[j] = x[j] as f64;
+    }
+    out
 }
 
 /// `dot` of a row of f64 values (exactly widened weights) with an fp32 vector.
@@ -272,12 +289,13 @@ pub(crate) unsafe fn matmul_bf16(w: &[u16], cols: usize, x: &[f32], out: &mut [f
     let nr = w.len() / cols;
     let t_n = x.len() / cols;
     if t_n == 1 {
+        let x64 = widen_f32(x);
         let mut r = 0;
         while r + 2 <= nr {
             let (a, b) = dot2_bf16(
                 &w[r * cols..(r + 1) * cols],
                 &w[(r + 1) * cols..(r + 2) * cols],
-                x,
+                &x64,
             );
             out[r] = a as f32;
             out[r + 1] = b as f32;
@@ -391,7 +409,7 @@ unsafe fn group_codes(p: *const u8) -> (__m256i, __m256i) {
 
 /// `dot` of one MXFP4 row with x: column c's exact product goes into lane c mod 16.
 #[inline(always)]
-unsafe fn dot_mxfp4_row(packed: &[u8], scales: &[u8], x: &[f32], ctrl: &[__m256i; 4]) -> f64 {
+unsafe fn dot_mxfp4_row(packed: &[u8], scales: &[u8], x: &[f64], ctrl: &[__m256i; 4]) -> f64 {
     let mut acc = acc_zero();
     let px = x.as_ptr();
     for (g, &s) in scales.iter().enumerate() {
@@ -402,7 +420,7 @@ unsafe fn dot_mxfp4_row(packed: &[u8], scales: &[u8], x: &[f32], ctrl: &[__m256i
             let xh = xg.add(16 * half);
             for (r, ar) in acc.iter_mut().enumerate() {
                 let w = decode4(_mm256_shuffle_epi8(codes, ctrl[r]), table);
-                *ar = _mm256_add_pd(*ar, _mm256_mul_pd(w, f32x4(xh.add(4 * r))));
+                *ar = _mm256_add_pd(*ar, _mm256_mul_pd(w, _mm256_loadu_pd(xh.add(4 * r))));
             }
         }
     }
@@ -438,11 +456,12 @@ pub(crate) unsafe fn matmul_mxfp4(
     let t_n = x.len() / cols;
     let ctrl = [nib_ctrl(0), nib_ctrl(4), nib_ctrl(8), nib_ctrl(12)];
     if t_n == 1 {
+        let x64 = widen_f32(x);
         for r in 0..nr {
             let v = dot_mxfp4_row(
                 &packed[r * pb..(r + 1) * pb],
                 &scales[r * sb..(r + 1) * sb],
-                x,
+                &x64,
                 &ctrl,
             );
             out[r] = v as f32;
