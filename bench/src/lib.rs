@@ -4,3 +4,4 @@
 pub mod device;
 pub mod idle;
 pub mod machine;
+pub mod membw;

@@ -42,6 +42,8 @@ mod ops;
 pub mod pool;
 pub mod route;
 mod scalar;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod simd;
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;

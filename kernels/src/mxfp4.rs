@@ -155,10 +155,30 @@ impl<'a> Mxfp4<'a> {
 /// bits of all these values are zero (at most two significant bits), so
 /// `f64::from_bits((hi as u64) << 32)` is the exact element magnitude. Built with integer
 /// exponent arithmetic; a unit test checks it against [`mxfp4_value`].
-#[allow(dead_code)] // used by the SIMD paths as they land
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) static E2M1_SCALED_HI32: [[u32; 8]; 256] = build_scaled_table();
 
-#[allow(dead_code)]
+/// For the NEON path: the top 16 bits of the f64 pattern of every signed E2M1 code (bit 3 =
+/// sign) times 2^(s − 127), per scale byte s. The lower 48 bits of these values are zero.
+#[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+pub(crate) static E2M1_SCALED_TOP16: [[u16; 16]; 256] = build_top16_table();
+
+const fn build_top16_table() -> [[u16; 16]; 256] {
+    let hi = build_scaled_table();
+    let mut t = [[0u16; 16]; 256];
+    let mut s = 0;
+    while s < 256 {
+        let mut code = 0;
+        while code < 16 {
+            let sign = if code >= 8 { 0x8000 } else { 0 };
+            t[s][code] = ((hi[s][code & 7] >> 16) as u16) | sign;
+            code += 1;
+        }
+        s += 1;
+    }
+    t
+}
+
 const fn build_scaled_table() -> [[u32; 8]; 256] {
     // f64 high words of 0, 0.5, 1, 1.5, 2, 3, 4, 6.
     const MAG_HI: [u32; 8] = [
@@ -196,6 +216,20 @@ mod tests {
         for s in 0..255u8 {
             for code in 0..8u8 {
                 let v = f64::from_bits((E2M1_SCALED_HI32[s as usize][code as usize] as u64) << 32);
+                assert_eq!(
+                    v.to_bits(),
+                    mxfp4_value(code, s).to_bits(),
+                    "s {s} code {code}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn top16_table_matches_definition() {
+        for s in 0..255u8 {
+            for code in 0..16u8 {
+                let v = f64::from_bits((E2M1_SCALED_TOP16[s as usize][code as usize] as u64) << 48);
                 assert_eq!(
                     v.to_bits(),
                     mxfp4_value(code, s).to_bits(),

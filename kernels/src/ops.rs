@@ -25,11 +25,9 @@ macro_rules! dispatch {
             Isa::Scalar => scalar::$f($($arg),*),
             #[cfg(target_arch = "x86_64")]
             // SAFETY: a `Kernels` only holds an ISA that `Isa::is_available` confirmed.
-            #[allow(unused_unsafe)]
             Isa::Avx2 => unsafe { crate::x86_64::avx2::$f($($arg),*) },
             #[cfg(target_arch = "aarch64")]
             // SAFETY: a `Kernels` only holds an ISA that `Isa::is_available` confirmed.
-            #[allow(unused_unsafe)]
             Isa::Neon => unsafe { crate::aarch64::neon::$f($($arg),*) },
             #[allow(unreachable_patterns)]
             other => unreachable!("ISA {other} is not compiled into this build"),

@@ -1,11 +1,9 @@
 //! AArch64 paths.
 
-/// True when the CPU runs the NEON path (Advanced SIMD with f64 lanes, part of ARMv8-A).
-pub(crate) fn detected() -> bool {
-    false
-}
+pub(crate) mod neon;
 
-/// Placeholder until the NEON kernels land: never selected (`detected` is false).
-pub(crate) mod neon {
-    pub(crate) use crate::scalar::*;
+/// True when the CPU runs the NEON path (Advanced SIMD with f64 lanes, part of ARMv8-A; the
+/// path never uses fused multiply-add).
+pub(crate) fn detected() -> bool {
+    std::arch::is_aarch64_feature_detected!("neon")
 }
