@@ -5,6 +5,7 @@ use crate::error::{Error, Result};
 use std::ffi::OsString;
 
 pub mod args;
+pub mod sim_cache;
 
 const USAGE: &str = "\
 usage:
@@ -48,6 +49,7 @@ fn dispatch(args: Vec<OsString>) -> Result<()> {
             println!("k3 {} ({})", crate::VERSION, crate::GIT_COMMIT);
             Ok(())
         }
+        "sim-cache" => sim_cache::run(&args[1..]),
         _ => Err(Error::invalid(format!(
             "unknown subcommand or model directory `{first}` (see k3 --help)"
         ))),
