@@ -204,7 +204,7 @@ impl IoThreads {
         {
             let mut st = lock(&self.shared.state);
             for r in reqs.iter_mut() {
-                let ptr = RequestPtr(r as *mut ReadRequest<'_> as *mut ReadRequest<'static>);
+                let ptr = RequestPtr(std::ptr::from_mut(r).cast::<ReadRequest<'static>>());
                 let done = CountDown(Arc::clone(&latch));
                 st.jobs.push_back(Box::new(move || {
                     let _done = done;
