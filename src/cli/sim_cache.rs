@@ -21,7 +21,22 @@ pub const K3_EXPERT_BYTES: u64 = 17_547_264;
 /// Capacities of the default table, decimal GB (ENGINE.md §3: sizes in GB are 10^9 bytes).
 pub const DEFAULT_CAPACITIES_GB: &[&str] = &["8", "16", "32", "64", "128"];
 
+const USAGE: &str = "\
+usage: k3 sim-cache <trace.bin> [--policy NAME]... [--capacity-gb X]... [--slots N]...
+                    [--expert-bytes N] [--tsv PATH]
+  Replays an expert trace (FORMATS.md §8) under each policy and capacity, next to Belady's
+  optimum and the compulsory-miss ceiling. A full-recompute trace is also replayed as the
+  incremental-decode trace derived from it; the best policy on that one is named.
+  --policy NAME      repeatable; default: every policy (lru, fifo, sieve, s3-fifo, arc, 2q,
+                     lfu-da, lfu)
+  --capacity-gb X    repeatable; slots = floor(X × 10^9 / expert bytes); default 8 16 32 64 128
+  --slots N          repeatable; a capacity given in slots
+  --expert-bytes N   bytes per expert (default 17547264, a K3 expert)
+  --tsv PATH         also write the table as TSV, with the command that made it
+";
+
 const SPECS: &[Spec] = &[
+    Spec::Switch("help"),
     Spec::Repeat("policy"),
     Spec::Repeat("capacity-gb"),
     Spec::Repeat("slots"),
@@ -47,6 +62,10 @@ struct Variant {
 /// Runs the subcommand; `argv` excludes `sim-cache` itself.
 pub fn run(argv: &[OsString]) -> Result<()> {
     let args = Args::parse(argv, SPECS)?;
+    if args.switch("help") {
+        print!("{USAGE}");
+        return Ok(());
+    }
     let trace_path = match args.positional.as_slice() {
         [p] => PathBuf::from(p),
         [] => {
