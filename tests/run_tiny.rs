@@ -405,3 +405,48 @@ fn memory_plan_that_does_not_fit_is_refused_with_exit_3() {
         "nothing was allocated"
     );
 }
+
+/// `--dump-cache-trace` (FORMATS.md §8): one teacher-forced step over the whole sequence
+/// records, per MoE layer ascending, per position ascending, the selected experts in selection
+/// order — the fixture's `tf_routing`.
+#[test]
+fn cache_trace_matches_the_fixture_routing() {
+    let e = expected("tiny-k3");
+    let full = ids(&e["full_ids"]);
+    let dir = scratch_dir("run_tiny_trace");
+    let trace = dir.join("trace");
+    let r = run(
+        "tiny-k3",
+        "trace_run",
+        &full,
+        0,
+        &["--dump-cache-trace", trace.to_str().unwrap()],
+    );
+    assert!(r.json["error"].is_null());
+    let b = std::fs::read(trace.join("expert_trace.bin")).unwrap();
+    let rec: Vec<(i32, i32)> = b
+        .chunks_exact(8)
+        .map(|c| {
+            (
+                i32::from_le_bytes(c[..4].try_into().unwrap()),
+                i32::from_le_bytes(c[4..].try_into().unwrap()),
+            )
+        })
+        .collect();
+    let mut want = Vec::new();
+    for l in 1..13 {
+        for sel in e["tf_routing"][l.to_string()].as_array().unwrap() {
+            for x in sel.as_array().unwrap() {
+                want.push((l, x.as_u64().unwrap() as i32));
+            }
+        }
+    }
+    assert_eq!(rec, want);
+    assert_eq!(
+        r.json["expert_cache"]["requests"].as_u64().unwrap(),
+        want.len() as u64
+    );
+    let hist: Value =
+        serde_json::from_slice(&std::fs::read(trace.join("expert_hist.json")).unwrap()).unwrap();
+    assert_eq!(hist["n_layers"], 13);
+}

@@ -14,6 +14,7 @@ use crate::model::state::DecodeState;
 use crate::model::{self, mla::MLA_FORM, Dims, Exec, LogitRows};
 use crate::plan::{MemoryPlan, PlanInput};
 use crate::report::{RunReport, StepReport};
+use crate::stream::trace::TraceWriter;
 use k3_kernels::{Fnv1a64, Isa, Kernels};
 use std::ffi::OsString;
 use std::io::Write;
@@ -67,7 +68,6 @@ const NOT_YET: &[(&str, &str)] = &[
     ("seed", "sampling"),
     ("save-state", "session state files"),
     ("load-state", "session state files"),
-    ("dump-cache-trace", "expert traces"),
 ];
 
 /// The parsed run request (the prompt is resolved once the tokenizer is loaded).
@@ -87,6 +87,7 @@ struct Request {
     dump_logits: Option<PathBuf>,
     quiet: bool,
     no_progress: bool,
+    trace_dir: Option<PathBuf>,
 }
 
 fn parse_request(argv: &[OsString]) -> Result<Request> {
@@ -173,6 +174,7 @@ fn parse_request(argv: &[OsString]) -> Result<Request> {
         dump_logits,
         quiet,
         no_progress: a.switch("no-progress"),
+        trace_dir: a.value_os("dump-cache-trace").map(PathBuf::from),
         args: a,
     })
 }
@@ -386,7 +388,16 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
     say(&plan.lines());
     rep.plan = Some(plan.clone());
     plan.check()?;
-    let mut bound = model::bind_resident(&index, &cfg, layers, expert_buffers)?;
+    let bound = model::bind_resident(&index, &cfg, layers, expert_buffers)?;
+    let (model, mut trunk) = (bound.model, bound.trunk);
+    let trace = match &req.trace_dir {
+        Some(dir) => Some(TraceWriter::create(dir, d.nl as u32, d.e as u32)?),
+        None => None,
+    };
+    let mut experts = Traced {
+        inner: bound.experts,
+        trace,
+    };
     rep.weights_tag = Some(index.weights_tag(&census.bound_shards())?);
     rep.trunk_bytes = plan.trunk_resident;
     rep.expert_slots = expert_buffers;
@@ -408,7 +419,7 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
     let mut out = std::io::stdout();
     let mut printer = tok.as_ref().map(|t| TextPrinter::new(t, std::io::stdout()));
     let v = d.v;
-    let m = &bound.model;
+    let m = &model;
 
     // Progress of a multi-chunk forward, on a terminal only (ENGINE.md §6).
     let progress = !quiet && !req.no_progress && crate::io::sys::stderr_is_terminal();
@@ -417,7 +428,7 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
     // position's logits.
     let forward_chunks = |state: &mut DecodeState,
                           trunk: &mut model::ResidentTrunk,
-                          experts: &mut model::experts::PreadExperts,
+                          experts: &mut dyn ExpertSource,
                           ids: &[u32],
                           all: bool,
                           sink: &mut dyn FnMut(&[f32]) -> Result<()>|
@@ -456,13 +467,13 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
 
     // Prefill (the first full-recompute step is the same forward).
     let t_pre = Instant::now();
-    let s0 = bound.experts.stats();
+    let s0 = experts.stats();
     let teacher_forced = req.gen == 0;
     let mut hashed = 0usize;
     let mut logits = forward_chunks(
         &mut state,
-        &mut bound.trunk,
-        &mut bound.experts,
+        &mut trunk,
+        &mut experts,
         &ids,
         want_all,
         &mut |rows| {
@@ -491,7 +502,7 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
         rep.stop_reason = "length".to_string();
     }
     let mut step_secs = rep.timing.prefill_seconds;
-    let mut step_stats = diff(bound.experts.stats(), s0);
+    let mut step_stats = diff(experts.stats(), s0);
     let mut full = ids.clone();
     let mut printed = false;
     for step in 0..req.gen {
@@ -533,13 +544,13 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
             break;
         }
         let t = Instant::now();
-        let s = bound.experts.stats();
+        let s = experts.stats();
         logits = if req.full_recompute {
             state.reset();
             forward_chunks(
                 &mut state,
-                &mut bound.trunk,
-                &mut bound.experts,
+                &mut trunk,
+                &mut experts,
                 &full,
                 false,
                 &mut |_| Ok(()),
@@ -547,8 +558,8 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
         } else {
             m.forward(
                 &ex,
-                &mut bound.trunk,
-                &mut bound.experts,
+                &mut trunk,
+                &mut experts,
                 &mut state,
                 &[tok],
                 LogitRows::Last,
@@ -557,7 +568,7 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
         dump.rows(&logits)?;
         step_secs = t.elapsed().as_secs_f64();
         rep.timing.decode_seconds += step_secs;
-        step_stats = diff(bound.experts.stats(), s);
+        step_stats = diff(experts.stats(), s);
     }
     match &mut printer {
         Some(p) => {
@@ -573,8 +584,11 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
         rep.generated_text = Some(t.decode_lossy(&rep.generated_ids)?);
     }
     dump.finish()?;
+    if let Some(t) = experts.trace.take() {
+        t.finish()?;
+    }
     rep.logits_hash = hash.finish();
-    rep.experts = bound.experts.stats();
+    rep.experts = experts.stats();
     rep.timing.wall_seconds = wall.elapsed().as_secs_f64();
     Ok(())
 }
@@ -586,6 +600,37 @@ fn diff(a: ExpertStats, b: ExpertStats) -> ExpertStats {
         reads: a.reads - b.reads,
         bytes_read: a.bytes_read - b.bytes_read,
         read_seconds: a.read_seconds - b.read_seconds,
+    }
+}
+
+/// An expert source that also writes every request to the `--dump-cache-trace` files
+/// (FORMATS.md §8: per chunk, per MoE layer ascending, positions ascending, selection order —
+/// the order in which the MoE block reports its requests).
+struct Traced<S: ExpertSource> {
+    inner: S,
+    trace: Option<TraceWriter>,
+}
+
+impl<S: ExpertSource> ExpertSource for Traced<S> {
+    fn max_batch(&self) -> usize {
+        self.inner.max_batch()
+    }
+    fn note_requests(&mut self, layer: usize, requests: &[u32]) -> Result<()> {
+        if let Some(t) = &mut self.trace {
+            t.record(layer as u32, requests)?;
+        }
+        self.inner.note_requests(layer, requests)
+    }
+    fn with_experts(
+        &mut self,
+        layer: usize,
+        experts: &[u32],
+        f: &mut dyn FnMut(&[model::experts::ExpertView<'_>]) -> Result<()>,
+    ) -> Result<()> {
+        self.inner.with_experts(layer, experts, f)
+    }
+    fn stats(&self) -> ExpertStats {
+        self.inner.stats()
     }
 }
 

@@ -191,7 +191,8 @@ impl IoThreads {
 
     /// Executes every request on the I/O threads, queued in slice order, and returns when all
     /// have finished; each request's `outcome` is then set. Independent requests: one failing
-    /// does not stop the others (the caller decides what to publish).
+    /// does not stop the others (the caller decides what to publish). Call it from compute or
+    /// main threads, never from a job running on these I/O threads (it would wait for itself).
     pub fn read_batch(&self, reqs: &mut [ReadRequest<'_>]) {
         if reqs.is_empty() {
             return;
@@ -204,7 +205,7 @@ impl IoThreads {
         {
             let mut st = lock(&self.shared.state);
             for r in reqs.iter_mut() {
-                let ptr = RequestPtr(r as *mut ReadRequest<'_> as *mut ReadRequest<'static>);
+                let ptr = RequestPtr(std::ptr::from_mut(r).cast::<ReadRequest<'static>>());
                 let done = CountDown(Arc::clone(&latch));
                 st.jobs.push_back(Box::new(move || {
                     let _done = done;

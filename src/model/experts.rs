@@ -43,8 +43,9 @@ pub trait ExpertSource {
     fn max_batch(&self) -> usize;
 
     /// Records the chunk's requests of one MoE layer (T × Kt ids, positions ascending, each in
-    /// selection order — the request order of FORMATS.md §8). Counters and traces only.
-    fn note_requests(&mut self, layer: usize, requests: &[u32]);
+    /// selection order — the request order of FORMATS.md §8). Counters and traces only; an
+    /// error (a failed trace write) fails the forward.
+    fn note_requests(&mut self, layer: usize, requests: &[u32]) -> Result<()>;
 
     /// Makes the experts `experts` (distinct ids) of zero-based `layer` available and calls
     /// `f` with one view per id, in the same order. The views are valid only during the call.
@@ -170,8 +171,9 @@ impl ExpertSource for PreadExperts {
         self.bufs.len()
     }
 
-    fn note_requests(&mut self, _layer: usize, requests: &[u32]) {
+    fn note_requests(&mut self, _layer: usize, requests: &[u32]) -> Result<()> {
         self.stats.requests += requests.len() as u64;
+        Ok(())
     }
 
     fn with_experts(

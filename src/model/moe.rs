@@ -64,7 +64,7 @@ pub fn forward(
         sel.push(one);
     }
     let requests: Vec<u32> = sel.iter().flat_map(|s| s.experts.iter().copied()).collect();
-    experts.note_requests(layer, &requests);
+    experts.note_requests(layer, &requests)?;
 
     // 4. latent down-projection
     let mut zl = vec![0f32; t * l];

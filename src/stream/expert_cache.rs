@@ -1,0 +1,502 @@
+//! The expert cache (ENGINE.md §5, FORMATS.md §6): whole-expert slots keyed by (layer, expert),
+//! one pre-faulted 4096-aligned arena, filled a layer's top-k set at a time.
+//!
+//! A batch (one MoE layer's requests: the top-k of each position of the chunk) is served in
+//! three phases:
+//! 1. **Reservation**: look-ups first (the resident experts are pinned), then a slot for each
+//!    miss, evicting a victim chosen by the [`Policy`]; never a slot of the current batch.
+//! 2. **Reads**: the misses are read in parallel on the I/O threads, queued in (file, offset)
+//!    order, each with one widened `O_DIRECT` read straight into its slot.
+//! 3. **Publication**: only when every read of the batch landed completely and passed `verify`
+//!    (the caller's E8M0 scan) are the new slots published. On any failure none is: their slots
+//!    return to the free list, the error is returned (exit 4 for I/O), and no byte of a partial
+//!    read is ever visible.
+//!
+//! The returned [`Batch`] borrows the cache, so its slots can be neither evicted nor refilled
+//! while the model multiplies from them.
+
+use super::policy::Policy;
+use super::{ExpertKey, KeyMap};
+use crate::error::{Error, Result};
+use crate::io::{window_capacity, AlignedBuf, Extent, IoFile, IoThreads, ReadRequest};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The counters of the run report's `expert_cache` object (FORMATS.md §10, ENGINE.md §6).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CacheStats {
+    /// Requests: one per (position, selected expert) the model asked for.
+    pub requests: u64,
+    /// Requests served without a read made for them: true resident hits plus repeats, within
+    /// the same batch, of an expert read for that batch. `requests − hits` requests paid a read.
+    pub hits: u64,
+    /// Requests whose expert was resident before its layer asked (including one brought in
+    /// earlier by a prefetch hint); never one read for this batch.
+    pub true_resident_hits: u64,
+    /// Expert reads made for requests (misses).
+    pub reads: u64,
+    /// Reads made for prefetch hints (none: hints are not issued yet).
+    pub prefetch_reads: u64,
+    /// Resident experts evicted to make room.
+    pub evictions: u64,
+    /// Bytes transferred from the device (widened windows for direct reads).
+    pub bytes_read: u64,
+    /// Wall-clock seconds spent waiting for expert reads.
+    pub read_seconds: f64,
+}
+
+impl CacheStats {
+    /// `true_resident_hits / requests` (0 without requests).
+    pub fn true_resident_hit_rate(&self) -> f64 {
+        ratio(self.true_resident_hits, self.requests)
+    }
+    /// `hits / requests` = 1 − reads/requests for demand reads (0 without requests).
+    pub fn hit_rate(&self) -> f64 {
+        ratio(self.hits, self.requests)
+    }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+/// The bookkeeping of a cache of `slots` slots, without bytes: which key is published in which
+/// slot, the policy, pins and counters. The expert cache and the simulator share it, so the
+/// simulated hit rates are those of the engine.
+pub(crate) struct CacheCore {
+    policy: Box<dyn Policy>,
+    slot_of: KeyMap<u32>,
+    free: Vec<u32>,
+    pub(crate) stats: CacheStats,
+}
+
+/// One batch's reservation.
+pub(crate) struct Reservation {
+    /// Slot of each request record, in request order.
+    pub record_slots: Vec<u32>,
+    /// The distinct misses, in request order: key and reserved slot.
+    pub misses: Vec<(ExpertKey, u32)>,
+    /// Requests and true resident hits of the batch.
+    requests: u64,
+    resident: u64,
+}
+
+impl CacheCore {
+    pub(crate) fn new(slots: usize, policy: Box<dyn Policy>) -> Result<CacheCore> {
+        if slots == 0 || slots > u32::MAX as usize {
+            return Err(Error::invalid(format!(
+                "expert cache: {slots} slots (at least one is needed)"
+            )));
+        }
+        if policy.capacity() != slots {
+            return Err(Error::internal(format!(
+                "expert cache: policy {} built for {} slots, cache has {slots}",
+                policy.name(),
+                policy.capacity()
+            )));
+        }
+        Ok(CacheCore {
+            policy,
+            slot_of: KeyMap::default(),
+            free: (0..slots as u32).rev().collect(),
+            stats: CacheStats::default(),
+        })
+    }
+
+    pub(crate) fn policy_name(&self) -> &'static str {
+        self.policy.name()
+    }
+
+    pub(crate) fn slot_of(&self, key: ExpertKey) -> Option<u32> {
+        self.slot_of.get(&key).copied()
+    }
+
+    pub(crate) fn slots(&self) -> usize {
+        self.policy.capacity()
+    }
+
+    /// Phase 1: pins the batch's resident keys and reserves a slot for each distinct miss.
+    ///
+    /// Errors: exit 1 if the batch has more distinct keys than the cache has slots (the
+    /// caller sub-batches) or the policy breaks its contract.
+    pub(crate) fn reserve(&mut self, keys: &[ExpertKey]) -> Result<Reservation> {
+        // Distinct keys in request order, each with its slot (u32::MAX until reserved).
+        let mut batch: KeyMap<u32> = KeyMap::default();
+        let mut order = Vec::new();
+        for &k in keys {
+            batch.entry(k).or_insert_with(|| {
+                order.push(k);
+                u32::MAX
+            });
+        }
+        if order.len() > self.slots() {
+            return Err(Error::internal(format!(
+                "expert cache: a batch of {} distinct experts does not fit in {} slots (the \
+                 caller must sub-batch)",
+                order.len(),
+                self.slots()
+            )));
+        }
+        let mut resident = 0u64;
+        for &k in &order {
+            if let Some(s) = self.slot_of(k) {
+                self.policy.on_hit(k);
+                batch.insert(k, s);
+            }
+        }
+        for &k in keys {
+            if batch[&k] != u32::MAX {
+                resident += 1;
+            }
+        }
+        let mut misses = Vec::new();
+        for &k in &order {
+            if batch[&k] != u32::MAX {
+                continue;
+            }
+            let pinned = |x: ExpertKey| batch.contains_key(&x);
+            let victim = self.policy.on_miss(k, &pinned)?;
+            let slot = match victim {
+                Some(v) => {
+                    let s = self.slot_of.remove(&v).ok_or_else(|| {
+                        Error::internal(format!(
+                            "cache policy {}: evicted {v}, which is not published",
+                            self.policy.name()
+                        ))
+                    })?;
+                    self.stats.evictions += 1;
+                    s
+                }
+                None => self.free.pop().ok_or_else(|| {
+                    Error::internal(format!(
+                        "cache policy {}: no victim although every slot is taken",
+                        self.policy.name()
+                    ))
+                })?,
+            };
+            batch.insert(k, slot);
+            misses.push((k, slot));
+        }
+        Ok(Reservation {
+            record_slots: keys.iter().map(|k| batch[k]).collect(),
+            misses,
+            requests: keys.len() as u64,
+            resident,
+        })
+    }
+
+    /// Phase 3: publishes every reserved miss and counts the batch.
+    pub(crate) fn publish(&mut self, r: &Reservation) {
+        for &(k, s) in &r.misses {
+            self.slot_of.insert(k, s);
+        }
+        self.stats.requests += r.requests;
+        self.stats.true_resident_hits += r.resident;
+        self.stats.hits += r.requests - r.misses.len() as u64;
+    }
+
+    /// Undoes the misses of a failed batch: their slots become free, nothing is published.
+    pub(crate) fn abort(&mut self, r: &Reservation) {
+        for &(k, s) in &r.misses {
+            self.policy.remove(k);
+            self.free.push(s);
+        }
+    }
+}
+
+/// Where one expert's bytes lie: its six tensors as one run (the released layout), or as
+/// several pieces (FORMATS.md §4: a non-contiguous expert is read piece by piece).
+#[derive(Debug, Clone)]
+pub struct ExpertLocation<'f> {
+    /// The pieces in payload order (`w1.weight_packed, w1.weight_scale, w2…, w3…`).
+    pub pieces: Vec<Extent<'f>>,
+}
+
+impl<'f> ExpertLocation<'f> {
+    /// One contiguous run of `len` bytes at absolute `offset` of `file`.
+    pub fn run(file: &'f IoFile, offset: u64, len: usize) -> ExpertLocation<'f> {
+        ExpertLocation {
+            pieces: vec![Extent { file, offset, len }],
+        }
+    }
+
+    /// Payload bytes (sum of the pieces).
+    pub fn len(&self) -> usize {
+        self.pieces.iter().map(|p| p.len).sum()
+    }
+
+    /// True if there are no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The expert cache: `slots` slots of stride `window_capacity(slot_bytes)` in one pre-faulted
+/// 4096-aligned arena (17,555,456 B per slot for K3).
+pub struct ExpertCache {
+    core: CacheCore,
+    arena: AlignedBuf,
+    stride: usize,
+    slot_bytes: usize,
+    /// Payload position of each published slot: (pad, len).
+    payload: Vec<(u32, u32)>,
+    io: Arc<IoThreads>,
+}
+
+/// The payloads of one batch, in request order, pinned while the batch lives.
+#[derive(Debug)]
+pub struct Batch<'c> {
+    arena: &'c [u8],
+    spans: Vec<(usize, usize)>,
+}
+
+impl<'c> Batch<'c> {
+    /// Number of requests (as passed to `fetch_batch`).
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+    /// True for an empty batch.
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+    /// The payload of request `i`: the expert's six tensors in order, exactly its bytes.
+    pub fn payload(&self, i: usize) -> &'c [u8] {
+        let (start, len) = self.spans[i];
+        &self.arena[start..start + len]
+    }
+    /// Every payload in request order.
+    pub fn iter(&self) -> impl Iterator<Item = &'c [u8]> + '_ {
+        (0..self.len()).map(|i| self.payload(i))
+    }
+}
+
+impl ExpertCache {
+    /// Slot stride for experts of `slot_bytes` bytes: `window_capacity(slot_bytes)`
+    /// (FORMATS.md §6; 17,555,456 for K3). `None` on overflow.
+    pub fn slot_stride(slot_bytes: usize) -> Option<usize> {
+        window_capacity(slot_bytes)
+    }
+
+    /// A cache of `slots` slots for experts of at most `slot_bytes` bytes, evicting with
+    /// `policy` (built for `slots`), reading on `io`. Allocates and faults in the whole arena
+    /// (`slots × slot_stride(slot_bytes)` bytes) now.
+    ///
+    /// Errors: exit 2 for zero slots; exit 3 if the arena cannot be allocated; exit 1 if the
+    /// policy was built for another capacity.
+    pub fn new(
+        slots: usize,
+        slot_bytes: usize,
+        policy: Box<dyn Policy>,
+        io: Arc<IoThreads>,
+    ) -> Result<ExpertCache> {
+        let core = CacheCore::new(slots, policy)?;
+        let too_big = || {
+            Error::resources(format!(
+                "expert cache of {slots} slots × {slot_bytes} bytes overflows the address space"
+            ))
+        };
+        if slot_bytes > u32::MAX as usize {
+            return Err(too_big());
+        }
+        let stride = Self::slot_stride(slot_bytes).ok_or_else(too_big)?;
+        let arena = AlignedBuf::new(stride.checked_mul(slots).ok_or_else(too_big)?)?;
+        Ok(ExpertCache {
+            core,
+            arena,
+            stride,
+            slot_bytes,
+            payload: vec![(0, 0); slots],
+            io,
+        })
+    }
+
+    /// Number of slots.
+    pub fn slots(&self) -> usize {
+        self.core.slots()
+    }
+    /// Largest expert a slot holds, bytes.
+    pub fn slot_bytes(&self) -> usize {
+        self.slot_bytes
+    }
+    /// Distance between slots in the arena, bytes.
+    pub fn stride(&self) -> usize {
+        self.stride
+    }
+    /// Name of the eviction policy.
+    pub fn policy_name(&self) -> &'static str {
+        self.core.policy_name()
+    }
+    /// Counters so far.
+    pub fn stats(&self) -> CacheStats {
+        self.core.stats
+    }
+    /// True if the expert is published (resident and complete).
+    pub fn contains(&self, layer: u32, expert: u32) -> bool {
+        self.core.slot_of(ExpertKey::new(layer, expert)).is_some()
+    }
+
+    /// Serves one MoE layer's requests: `experts` in request order (per position, its top-k in
+    /// selection order; repeats allowed), at most `slots()` distinct. Misses are located with
+    /// `locate(expert)`, read in parallel in (file, offset) order, checked with
+    /// `verify(expert, payload)` and only then published. The batch's payloads stay pinned
+    /// until the returned [`Batch`] is dropped.
+    ///
+    /// Errors: the first failing read in file-offset order (exit 4, naming file and offset, with
+    /// the layer and expert appended); an expert larger than a slot (exit 4: the checkpoint
+    /// changed since it was indexed); errors from `locate` and `verify` as they are; exit 1
+    /// for a batch larger than the cache. On error nothing read for this batch is published.
+    pub fn fetch_batch<'f, L, V>(
+        &mut self,
+        layer: u32,
+        experts: &[u32],
+        mut locate: L,
+        mut verify: V,
+    ) -> Result<Batch<'_>>
+    where
+        L: FnMut(u32) -> Result<ExpertLocation<'f>>,
+        V: FnMut(u32, &[u8]) -> Result<()>,
+    {
+        let keys: Vec<ExpertKey> = experts.iter().map(|&e| ExpertKey::new(layer, e)).collect();
+        let res = self.core.reserve(&keys)?;
+        match self.fill(&res, &mut locate, &mut verify) {
+            Ok(()) => self.core.publish(&res),
+            Err(e) => {
+                self.core.abort(&res);
+                return Err(e);
+            }
+        }
+        let spans = res
+            .record_slots
+            .iter()
+            .map(|&s| {
+                let (pad, len) = self.payload[s as usize];
+                (s as usize * self.stride + pad as usize, len as usize)
+            })
+            .collect();
+        Ok(Batch {
+            arena: &self.arena,
+            spans,
+        })
+    }
+
+    /// Phase 2: locate, read and verify every reserved miss.
+    fn fill<'f>(
+        &mut self,
+        res: &Reservation,
+        locate: &mut dyn FnMut(u32) -> Result<ExpertLocation<'f>>,
+        verify: &mut dyn FnMut(u32, &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        if res.misses.is_empty() {
+            return Ok(());
+        }
+        let mut jobs = Vec::with_capacity(res.misses.len());
+        for &(key, slot) in &res.misses {
+            let loc = locate(key.expert)?;
+            let len = loc.len();
+            let first = loc
+                .pieces
+                .first()
+                .ok_or_else(|| Error::internal(format!("{key}: located with no bytes")))?;
+            if len > self.slot_bytes || loc.pieces.iter().any(|p| p.len == 0) {
+                return Err(Error::io(format!(
+                    "{}: routed expert ({key}) at offset {} is {len} bytes, but the cache slots \
+                     were sized for {} bytes: the checkpoint changed since it was indexed",
+                    first.file.path().display(),
+                    first.offset,
+                    self.slot_bytes
+                )));
+            }
+            jobs.push((key, slot, loc));
+        }
+        // Queue the reads in file-offset order (sequential-friendly for the device).
+        jobs.sort_by_key(|(_, _, loc)| (loc.pieces[0].file.id(), loc.pieces[0].offset));
+
+        let mut slots_sorted: Vec<u32> = jobs.iter().map(|j| j.1).collect();
+        slots_sorted.sort_unstable();
+        let mut carved: Vec<Option<&mut [u8]>> = carve(&mut self.arena, self.stride, &slots_sorted)
+            .into_iter()
+            .map(Some)
+            .collect();
+        let mut reqs: Vec<ReadRequest<'_>> = Vec::with_capacity(jobs.len());
+        for (_, slot, loc) in &jobs {
+            let idx = slots_sorted.binary_search(slot).expect("slot was carved");
+            reqs.push(ReadRequest {
+                pieces: loc.pieces.clone(),
+                dest: carved[idx].take().expect("each slot is reserved once"),
+                outcome: None,
+            });
+        }
+        let t0 = Instant::now();
+        self.io.read_batch(&mut reqs);
+        self.core.stats.read_seconds += t0.elapsed().as_secs_f64();
+        self.core.stats.reads += reqs.len() as u64;
+        let mut done = Vec::with_capacity(reqs.len());
+        let mut first_error = None;
+        for (r, (key, _, _)) in reqs.iter_mut().zip(&jobs) {
+            match r.outcome.take() {
+                Some(Ok(d)) => {
+                    self.core.stats.bytes_read += d.device_bytes;
+                    done.push(d);
+                }
+                Some(Err(e)) => {
+                    if first_error.is_none() {
+                        first_error = Some(Error::new(
+                            e.kind,
+                            format!("{} (routed expert: {key})", e.message),
+                        ));
+                    }
+                }
+                None => {
+                    first_error.get_or_insert_with(|| {
+                        Error::internal(format!("{key}: read finished without an outcome"))
+                    });
+                }
+            }
+        }
+        drop(reqs);
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        for ((key, slot, loc), d) in jobs.iter().zip(&done) {
+            let start = *slot as usize * self.stride + d.pad;
+            let len = loc.len();
+            verify(key.expert, &self.arena[start..start + len])?;
+        }
+        for ((_, slot, loc), d) in jobs.iter().zip(&done) {
+            self.payload[*slot as usize] = (d.pad as u32, loc.len() as u32);
+        }
+        Ok(())
+    }
+}
+
+/// Disjoint mutable views of the given slots (ascending, distinct) of an arena.
+fn carve<'a>(mut buf: &'a mut [u8], stride: usize, slots: &[u32]) -> Vec<&'a mut [u8]> {
+    let mut out = Vec::with_capacity(slots.len());
+    let mut base = 0usize;
+    for &s in slots {
+        let start = s as usize * stride;
+        let rest = std::mem::take(&mut buf);
+        let (_, rest) = rest.split_at_mut(start - base);
+        let (slot, rest) = rest.split_at_mut(stride);
+        out.push(slot);
+        buf = rest;
+        base = start + stride;
+    }
+    out
+}
+
+impl std::fmt::Debug for ExpertCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExpertCache")
+            .field("slots", &self.slots())
+            .field("slot_bytes", &self.slot_bytes)
+            .field("stride", &self.stride)
+            .field("policy", &self.policy_name())
+            .field("stats", &self.core.stats)
+            .finish()
+    }
+}
