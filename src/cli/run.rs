@@ -120,6 +120,12 @@ fn parse_request(argv: &[OsString]) -> Result<Request> {
         }
     }
     let model_dir = PathBuf::from(&a.positional[0]);
+    if !model_dir.is_dir() {
+        return Err(Error::invalid(format!(
+            "`{}` is neither a subcommand nor a model directory (see k3 --help)",
+            model_dir.display()
+        )));
+    }
     if a.present(&["prompt", "prompt-file", "ids"]).is_empty() {
         return Err(Error::invalid(
             "no prompt: give one of `--prompt TEXT`, `--prompt-file PATH`, `--ids 1,2,3`",
@@ -643,9 +649,4 @@ fn tokenizer_bytes(args: &Args, model_dir: &Path) -> u64 {
     dir.and_then(|d| std::fs::metadata(d.join(crate::tokenizer::TIKTOKEN_FILE)).ok())
         .map(|m| 2 * m.len())
         .unwrap_or(0)
-}
-
-/// True if `dir` looks like a model directory (for the dispatcher).
-pub fn is_model_dir(p: &Path) -> bool {
-    p.is_dir()
 }
