@@ -385,7 +385,10 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
             chunk: req.chunk.min(positions.max(1)),
             logits_rows: if want_all { req.chunk } else { 1 },
             expert_buffers,
-            expert_bytes: model::expert_bytes(&d),
+            expert_bytes: model::experts::PreadExperts::slot_bytes(model::experts::ExpertShape {
+                inter: d.i,
+                latent: d.l,
+            }),
             tensor_index: index.heap_bytes() as u64,
             tokenizer: tokenizer_bytes(&req.args, &req.model_dir),
         },

@@ -5,9 +5,7 @@
 //! same trait.
 
 use crate::error::{Error, Result};
-use std::fs::File;
-use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+use crate::io::{window_capacity, AlignedBuf, IoFile};
 use std::time::Instant;
 
 pub use k3_kernels::Mxfp4;
@@ -100,38 +98,63 @@ pub struct ExpertShape {
     pub latent: usize,
 }
 
-/// Reads every requested expert from the shards with positioned reads, into `max_batch`
-/// reusable buffers, and checks every E8M0 scale byte before use (FORMATS.md §5).
+/// One expert buffer: a pre-faulted, 4096-aligned window; the expert's bytes are at
+/// `pad .. pad + len` (FORMATS.md §6).
+struct Slot {
+    buf: AlignedBuf,
+    pad: usize,
+    len: usize,
+}
+
+/// Reads every requested expert from the shards on every request — one widened `O_DIRECT`
+/// window per contiguous expert (buffered + `DONTNEED` where direct I/O is refused, six
+/// pieces when the expert is not contiguous) — into `max_batch` pre-faulted buffers, and
+/// checks every E8M0 scale byte before use (FORMATS.md §5, §6). No caching: the streaming
+/// work puts an expert cache behind the same trait.
 pub struct PreadExperts {
-    shards: Vec<(PathBuf, File)>,
+    shards: Vec<IoFile>,
     /// `[layer][expert]`; empty for dense or unbound layers.
     locations: Vec<Vec<ExpertLocation>>,
     shape: ExpertShape,
-    bufs: Vec<Vec<u8>>,
+    slots: Vec<Slot>,
     stats: ExpertStats,
 }
 
 impl PreadExperts {
-    /// `shards`: the shard table (path, open file); `locations[layer][expert]`; `max_batch`
-    /// buffers of one expert each are allocated on first use.
+    /// `shards`: the shard table, opened; `locations[layer][expert]`; `max_batch` buffers of
+    /// one expert window each (allocated and faulted in now: exit 3 if refused).
     pub fn new(
-        shards: Vec<(PathBuf, File)>,
+        shards: Vec<IoFile>,
         locations: Vec<Vec<ExpertLocation>>,
         shape: ExpertShape,
         max_batch: usize,
-    ) -> PreadExperts {
-        PreadExperts {
+    ) -> Result<PreadExperts> {
+        let bytes = 3 * (shape.inter * shape.latent / 2 + shape.inter * shape.latent / 32);
+        let cap = window_capacity(bytes).ok_or_else(|| {
+            Error::resources(format!("expert of {bytes} bytes: window overflows"))
+        })?;
+        let slots = (0..max_batch.max(1))
+            .map(|_| {
+                Ok(Slot {
+                    buf: AlignedBuf::new(cap)?,
+                    pad: 0,
+                    len: 0,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(PreadExperts {
             shards,
             locations,
             shape,
-            bufs: vec![Vec::new(); max_batch.max(1)],
+            slots,
             stats: ExpertStats::default(),
-        }
+        })
     }
 
-    fn read(&self, ext: Extent, dst: &mut [u8]) -> Result<()> {
-        let (path, file) = &self.shards[ext.shard];
-        read_exact_at(path, file, ext.offset, dst)
+    /// Bytes of buffer memory per slot (the plan's `expert_cache` item per buffer).
+    pub fn slot_bytes(shape: ExpertShape) -> u64 {
+        let bytes = 3 * (shape.inter * shape.latent / 2 + shape.inter * shape.latent / 32);
+        window_capacity(bytes).unwrap_or(bytes) as u64
     }
 
     fn load(&mut self, slot: usize, layer: usize, e: u32) -> Result<()> {
@@ -139,36 +162,30 @@ impl PreadExperts {
             .locations
             .get(layer)
             .and_then(|l| l.get(e as usize))
-            .ok_or_else(|| Error::internal(format!("layer {layer}: no expert {e} bound")))?
-            .clone();
-        let mut buf = std::mem::take(&mut self.bufs[slot]);
-        buf.resize(loc.bytes() as usize, 0);
-        let res = (|| {
-            if loc.contiguous() {
-                self.read(
-                    Extent {
-                        len: loc.bytes(),
-                        ..loc.parts[0]
-                    },
-                    &mut buf,
-                )?;
-            } else {
-                let mut off = 0usize;
-                for p in &loc.parts {
-                    self.read(*p, &mut buf[off..off + p.len as usize])?;
-                    off += p.len as usize;
-                }
+            .ok_or_else(|| Error::internal(format!("layer {layer}: no expert {e} bound")))?;
+        let len = loc.bytes() as usize;
+        let s = &mut self.slots[slot];
+        if loc.contiguous() {
+            let p0 = loc.parts[0];
+            let done = self.shards[p0.shard].read_window(p0.offset, len, s.buf.as_mut_slice())?;
+            s.pad = done.pad;
+        } else {
+            let mut off = 0usize;
+            for p in &loc.parts {
+                let dst = &mut s.buf.as_mut_slice()[off..off + p.len as usize];
+                self.shards[p.shard].read_uncached_at(dst, p.offset)?;
+                off += p.len as usize;
             }
-            Ok(())
-        })();
-        self.bufs[slot] = buf;
-        res
+            s.pad = 0;
+        }
+        s.len = len;
+        Ok(())
     }
 }
 
 impl ExpertSource for PreadExperts {
     fn max_batch(&self) -> usize {
-        self.bufs.len()
+        self.slots.len()
     }
 
     fn note_requests(&mut self, _layer: usize, requests: &[u32]) -> Result<()> {
@@ -182,25 +199,30 @@ impl ExpertSource for PreadExperts {
         experts: &[u32],
         f: &mut dyn FnMut(&[ExpertView<'_>]) -> Result<()>,
     ) -> Result<()> {
-        if experts.len() > self.bufs.len() {
+        if experts.len() > self.slots.len() {
             return Err(Error::internal(format!(
                 "expert batch of {} exceeds {} buffers",
                 experts.len(),
-                self.bufs.len()
+                self.slots.len()
             )));
         }
         let start = Instant::now();
         for (slot, &e) in experts.iter().enumerate() {
             self.load(slot, layer, e)?;
             self.stats.reads += 1;
-            self.stats.bytes_read += self.bufs[slot].len() as u64;
+            self.stats.bytes_read += self.slots[slot].len as u64;
         }
         self.stats.read_seconds += start.elapsed().as_secs_f64();
         let (i, l) = (self.shape.inter, self.shape.latent);
         let mut views = Vec::with_capacity(experts.len());
-        for (b, &e) in self.bufs.iter().zip(experts) {
+        for (s, &e) in self.slots.iter().zip(experts) {
             let names = &self.locations[layer][e as usize].names;
-            views.push(expert_view(b, i, l, names)?);
+            views.push(expert_view(
+                &s.buf.as_slice()[s.pad..s.pad + s.len],
+                i,
+                l,
+                names,
+            )?);
         }
         f(&views)
     }
@@ -241,27 +263,5 @@ pub fn expert_view<'a>(
         w1: m(w1p, w1s, inter, latent, &names[1])?,
         w2: m(w2p, w2s, latent, inter, &names[3])?,
         w3: m(w3p, w3s, inter, latent, &names[5])?,
-    })
-}
-
-/// Positioned read of exactly `dst.len()` bytes at `offset`; EOF or an OS error is an I/O
-/// failure naming the file and offset (exit 4: the file changed after it was indexed).
-pub fn read_exact_at(
-    path: &std::path::Path,
-    file: &File,
-    offset: u64,
-    dst: &mut [u8],
-) -> Result<()> {
-    file.read_exact_at(dst, offset).map_err(|e| {
-        let what = if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            "short read (file truncated after it was indexed?)".to_string()
-        } else {
-            e.to_string()
-        };
-        Error::io(format!(
-            "{}: reading {} bytes at offset {offset}: {what}",
-            path.display(),
-            dst.len()
-        ))
     })
 }

@@ -360,7 +360,7 @@ pub fn bind_resident(
             tables,
         },
         trunk: ResidentTrunk { bufs },
-        experts: experts::PreadExperts::new(files, locs, shape, expert_buffers),
+        experts: experts::PreadExperts::new(files, locs, shape, expert_buffers)?,
     })
 }
 

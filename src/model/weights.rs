@@ -12,7 +12,7 @@ use super::{AttnKind, Dims};
 use crate::catalogue::{self, layer_tensor_name, SuffixSpec};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use std::fs::File;
+use crate::io::{window_capacity, AlignedBuf, IoFile};
 use std::path::{Path, PathBuf};
 
 /// A BF16 matrix view `[rows, cols]`, row-major, BF16 bit patterns.
@@ -252,11 +252,15 @@ pub struct Tables {
     pub f_output_attn_res: Vec<f32>,
 }
 
-/// Reads tensors for the binder, remembering the open shard files.
+/// Reads tensors for the binder through the I/O layer (bulk bytes by widened `O_DIRECT`
+/// windows, falling back to buffered reads + `DONTNEED`, so loading does not grow the page
+/// cache: ENGINE.md §4), remembering the open shard files.
 pub struct Reader<'a> {
     lookup: &'a dyn TensorLookup,
     paths: Vec<PathBuf>,
-    files: Vec<Option<File>>,
+    files: Vec<Option<IoFile>>,
+    /// Reused 4096-aligned window for bulk reads.
+    window: Option<AlignedBuf>,
 }
 
 impl<'a> Reader<'a> {
@@ -268,15 +272,14 @@ impl<'a> Reader<'a> {
             lookup,
             paths,
             files,
+            window: None,
         }
     }
 
     /// The open file of shard `i` (error naming the file: exit 2, it was indexed just now).
-    pub fn file(&mut self, i: usize) -> Result<&File> {
+    pub fn file(&mut self, i: usize) -> Result<&IoFile> {
         if self.files[i].is_none() {
-            let f = File::open(&self.paths[i]).map_err(|e| {
-                Error::invalid(format!("{}: cannot open: {e}", self.paths[i].display()))
-            })?;
+            let f = IoFile::open(&self.paths[i]).map_err(load_error)?;
             self.files[i] = Some(f);
         }
         Ok(self.files[i].as_ref().unwrap())
@@ -288,16 +291,11 @@ impl<'a> Reader<'a> {
     }
 
     /// Every shard opened (for the expert source), in shard order.
-    pub fn into_files(mut self) -> Result<Vec<(PathBuf, File)>> {
+    pub fn into_files(mut self) -> Result<Vec<IoFile>> {
         for i in 0..self.paths.len() {
             self.file(i)?;
         }
-        Ok(self
-            .paths
-            .into_iter()
-            .zip(self.files)
-            .map(|(p, f)| (p, f.unwrap()))
-            .collect())
+        Ok(self.files.into_iter().map(|f| f.unwrap()).collect())
     }
 
     /// The tensor `name`, checked to have exactly `shape` and `dtype` (error naming the tensor,
@@ -318,35 +316,39 @@ impl<'a> Reader<'a> {
         Ok(m)
     }
 
-    fn bytes(&mut self, name: &str, m: &TensorMeta, dst: &mut [u8]) -> Result<()> {
-        let path = self.paths[m.shard].clone();
-        let f = self.file(m.shard)?;
-        super::experts::read_exact_at(&path, f, m.offset, dst)
-            .map_err(|e| Error::invalid(format!("{name}: {}", e.message)))
+    /// Reads tensor `name` at `m` in windows of at most 4 MiB, handing each piece to `f` in
+    /// order. A read failure at load time is invalid input (exit 2) naming the tensor.
+    fn each_piece(&mut self, name: &str, m: &TensorMeta, mut f: impl FnMut(&[u8])) -> Result<()> {
+        const CHUNK: usize = 1 << 22;
+        if self.window.is_none() {
+            let cap = window_capacity(CHUNK).expect("constant window");
+            self.window = Some(AlignedBuf::new(cap)?);
+        }
+        let mut win = self.window.take().expect("window allocated above");
+        let res = (|| {
+            let mut done = 0u64;
+            while done < m.len {
+                let n = ((m.len - done) as usize).min(CHUNK);
+                let file = self.file(m.shard)?;
+                let r = file
+                    .read_window(m.offset + done, n, win.as_mut_slice())
+                    .map_err(|e| Error::invalid(format!("{name}: {}", load_error(e).message)))?;
+                f(&win.as_slice()[r.pad..r.pad + n]);
+                done += n as u64;
+            }
+            Ok(())
+        })();
+        self.window = Some(win);
+        res
     }
 
     /// Reads BF16 tensor `name` of `shape`, appending its bit patterns to `out`.
     pub fn bf16_into(&mut self, name: &str, shape: &[usize], out: &mut Vec<u16>) -> Result<()> {
         let m = self.meta(name, shape, Dtype::BF16)?;
-        const CHUNK: usize = 1 << 22;
-        let mut buf = vec![0u8; (m.len as usize).min(CHUNK)];
         out.reserve(m.len as usize / 2);
-        let mut done = 0u64;
-        while done < m.len {
-            let n = ((m.len - done) as usize).min(CHUNK);
-            let part = TensorMeta {
-                offset: m.offset + done,
-                ..m.clone()
-            };
-            self.bytes(name, &part, &mut buf[..n])?;
-            out.extend(
-                buf[..n]
-                    .chunks_exact(2)
-                    .map(|c| u16::from_le_bytes([c[0], c[1]])),
-            );
-            done += n as u64;
-        }
-        Ok(())
+        self.each_piece(name, &m, |b| {
+            out.extend(b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])))
+        })
     }
 
     /// A BF16 vector or matrix widened to fp32.
@@ -359,8 +361,8 @@ impl<'a> Reader<'a> {
     /// An F32 tensor.
     pub fn f32(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
         let m = self.meta(name, shape, Dtype::F32)?;
-        let mut buf = vec![0u8; m.len as usize];
-        self.bytes(name, &m, &mut buf)?;
+        let mut buf = Vec::with_capacity(m.len as usize);
+        self.each_piece(name, &m, |b| buf.extend_from_slice(b))?;
         Ok(buf
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
@@ -378,6 +380,16 @@ impl<'a> Reader<'a> {
             },
             name.to_string(),
         ))
+    }
+}
+
+/// A read failure while binding is invalid input (exit 2): the checkpoint was indexed moments
+/// ago, so a short read means a truncated or changing file, found before the run.
+fn load_error(e: Error) -> Error {
+    if e.kind == crate::error::ErrorKind::Io {
+        Error::invalid(e.message)
+    } else {
+        e
     }
 }
 
