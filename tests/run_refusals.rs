@@ -280,3 +280,51 @@ fn expert_read_failure_fails_the_forward_with_exit_4() {
         "{e}"
     );
 }
+
+/// `--layers N` runs on a partial shard set (the later layers' shard absent); without it the
+/// census refuses the checkpoint naming the missing tensors.
+#[test]
+fn layers_prefix_runs_on_a_partial_shard_set() {
+    let dir = copy_fixture("tiny-k3", "partial");
+    std::fs::remove_file(dir.join("model-00005-of-00007.safetensors")).unwrap(); // layers 10-12
+    let o = run_k3([
+        dir.to_str().unwrap(),
+        "--ids",
+        "1,2,3",
+        "--gen",
+        "2",
+        "--layers",
+        "10",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim().split(',').count(),
+        2
+    );
+    let (code, err) = fails(&dir, &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("layers.10.") && err.contains("model-00005-of-00007.safetensors"),
+        "{err}"
+    );
+    let (code, err) = fails(&dir, &["--layers", "11"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("layers.10."), "{err}");
+}
+
+/// MODEL.md §5.6: non-finite logits stop the run naming the position; no argmax is taken.
+#[test]
+fn non_finite_logits_name_the_position() {
+    let dir = copy_fixture("tiny-k3", "nonfinite_logits");
+    // lm_head [512, 128]: row 7 all +inf
+    let row: Vec<u8> = (0..128).flat_map(|_| 0x7f80u16.to_le_bytes()).collect();
+    patch_tensor(&dir, "language_model.lm_head.weight", 7 * 128 * 2, &row);
+    let (code, err) = fails(&dir, &["--ids", "1,2,3"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("logits at position 2") && err.contains("element 7"),
+        "{err}"
+    );
+    let o = run_k3([dir.to_str().unwrap(), "--ids", "1,2,3", "--gen", "2"]);
+    assert!(o.stdout.is_empty(), "no token may be printed");
+}

@@ -112,7 +112,8 @@ struct Slot {
 /// checks every E8M0 scale byte before use (FORMATS.md §5, §6). No caching: the streaming
 /// work puts an expert cache behind the same trait.
 pub struct PreadExperts {
-    shards: Vec<IoFile>,
+    /// The shard table; `None` for shards no bound expert lives in.
+    shards: Vec<Option<IoFile>>,
     /// `[layer][expert]`; empty for dense or unbound layers.
     locations: Vec<Vec<ExpertLocation>>,
     shape: ExpertShape,
@@ -121,10 +122,11 @@ pub struct PreadExperts {
 }
 
 impl PreadExperts {
-    /// `shards`: the shard table, opened; `locations[layer][expert]`; `max_batch` buffers of
-    /// one expert window each (allocated and faulted in now: exit 3 if refused).
+    /// `shards`: the shard table (open where an expert lives); `locations[layer][expert]`;
+    /// `max_batch` buffers of one expert window each (allocated and faulted in now: exit 3 if
+    /// refused).
     pub fn new(
-        shards: Vec<IoFile>,
+        shards: Vec<Option<IoFile>>,
         locations: Vec<Vec<ExpertLocation>>,
         shape: ExpertShape,
         max_batch: usize,
@@ -163,21 +165,30 @@ impl PreadExperts {
             .get(layer)
             .and_then(|l| l.get(e as usize))
             .ok_or_else(|| Error::internal(format!("layer {layer}: no expert {e} bound")))?;
+        let shards = &self.shards;
+        let shard = |i: usize| {
+            shards
+                .get(i)
+                .and_then(|f| f.as_ref())
+                .ok_or_else(|| Error::internal(format!("expert shard {i} was not opened")))
+        };
         let len = loc.bytes() as usize;
         let s = &mut self.slots[slot];
-        if loc.contiguous() {
+        s.len = 0; // not readable until the read landed
+        s.pad = if loc.contiguous() {
             let p0 = loc.parts[0];
-            let done = self.shards[p0.shard].read_window(p0.offset, len, s.buf.as_mut_slice())?;
-            s.pad = done.pad;
+            shard(p0.shard)?
+                .read_window(p0.offset, len, s.buf.as_mut_slice())?
+                .pad
         } else {
             let mut off = 0usize;
             for p in &loc.parts {
                 let dst = &mut s.buf.as_mut_slice()[off..off + p.len as usize];
-                self.shards[p.shard].read_uncached_at(dst, p.offset)?;
+                shard(p.shard)?.read_uncached_at(dst, p.offset)?;
                 off += p.len as usize;
             }
-            s.pad = 0;
-        }
+            0
+        };
         s.len = len;
         Ok(())
     }

@@ -342,7 +342,7 @@ pub fn bind_resident(
         lw.push(w);
         bufs.push(b);
         locs.push(if l >= dims.first_dense {
-            weights::locate_experts(&r, cfg, l)?
+            weights::locate_experts(&mut r, cfg, l)?
         } else {
             Vec::new()
         });

@@ -261,16 +261,19 @@ pub struct Reader<'a> {
     files: Vec<Option<IoFile>>,
     /// Reused 4096-aligned window for bulk reads.
     window: Option<AlignedBuf>,
+    /// Shards holding a located (not yet read) tensor: routed experts.
+    needed: Vec<bool>,
 }
 
 impl<'a> Reader<'a> {
     /// A reader over `lookup`'s shards (opened lazily).
     pub fn new(lookup: &'a dyn TensorLookup) -> Reader<'a> {
         let paths = lookup.shard_paths();
-        let files = paths.iter().map(|_| None).collect();
+        let files: Vec<Option<IoFile>> = paths.iter().map(|_| None).collect();
         Reader {
             lookup,
             paths,
+            needed: vec![false; files.len()],
             files,
             window: None,
         }
@@ -290,12 +293,15 @@ impl<'a> Reader<'a> {
         &self.paths[i]
     }
 
-    /// Every shard opened (for the expert source), in shard order.
-    pub fn into_files(mut self) -> Result<Vec<IoFile>> {
+    /// The shard table for the expert source, in shard order: every shard a located tensor
+    /// lives in is open; the others (absent shards of unbound layers) are `None`.
+    pub fn into_files(mut self) -> Result<Vec<Option<IoFile>>> {
         for i in 0..self.paths.len() {
-            self.file(i)?;
+            if self.needed[i] {
+                self.file(i)?;
+            }
         }
-        Ok(self.files.into_iter().map(|f| f.unwrap()).collect())
+        Ok(self.files)
     }
 
     /// The tensor `name`, checked to have exactly `shape` and `dtype` (error naming the tensor,
@@ -370,8 +376,14 @@ impl<'a> Reader<'a> {
     }
 
     /// Extent of tensor `name` checked for shape/dtype.
-    pub fn extent(&self, name: &str, shape: &[usize], dtype: Dtype) -> Result<(Extent, String)> {
+    pub fn extent(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        dtype: Dtype,
+    ) -> Result<(Extent, String)> {
         let m = self.meta(name, shape, dtype)?;
+        self.needed[m.shard] = true;
         Ok((
             Extent {
                 shard: m.shard,
@@ -582,7 +594,7 @@ pub fn bind_tables(r: &mut Reader<'_>, d: &Dims) -> Result<Tables> {
 
 /// Locations of every routed expert of MoE layer `l`, checked for shape and dtype against the
 /// catalogue (read later, on demand).
-pub fn locate_experts(r: &Reader<'_>, cfg: &Config, l: usize) -> Result<Vec<ExpertLocation>> {
+pub fn locate_experts(r: &mut Reader<'_>, cfg: &Config, l: usize) -> Result<Vec<ExpertLocation>> {
     (0..cfg.num_experts)
         .map(|e| {
             let specs = catalogue::expert_tensors(cfg, l, e);
