@@ -53,7 +53,27 @@ const SPECS: &[Spec] = &[
     Spec::Value("dump-cache-trace"),
     Spec::Switch("quiet"),
     Spec::Switch("no-progress"),
+    Spec::Switch("help"),
 ];
+
+const RUN_USAGE: &str = "\
+usage: k3 <model_dir> [options]   (also: k3 run <model_dir> [options])
+  --ids 1,2,3 | --prompt TEXT | --prompt-file PATH   the prompt (exactly one)
+  --tok DIR            tokenizer directory (default: the model directory when it holds one)
+  --config PATH        config file (default: <model_dir>/config.json)
+  --gen N              tokens to generate (default 16; 0 = teacher-forced forward only)
+  --prefill-chunk N    positions per prefill chunk (default 64; never changes a logit)
+  --full-recompute     re-run the whole prefix every step (diagnostic; same logits)
+  --stop-id ID         extra end id (repeatable)
+  --threads N, --isa scalar|avx2|neon   (also K3_THREADS, K3_ISA)
+  --layers N           bind only the first N layers
+  --out FILE           JSON report;  --dump-logits PATH  f32 rows [rows, vocab]
+  --dump-cache-trace DIR   expert_trace.bin + expert_hist.json
+  --quiet, --no-progress
+Not supported yet (refused): --mem-gb, --trunk, --trunk-gb, --trunk-ring, --cache-gb,
+  --cache-policy, --preset other than auto, sampling (--temperature other than 0, --top-p,
+  --top-k, --seed), --save-state, --load-state.
+";
 
 /// Flags of ENGINE.md §3 that belong to later work: refused, never silently ignored.
 const NOT_YET: &[(&str, &str)] = &[
@@ -90,8 +110,12 @@ struct Request {
     trace_dir: Option<PathBuf>,
 }
 
-fn parse_request(argv: &[OsString]) -> Result<Request> {
+fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
     let a = Args::parse(argv, SPECS)?;
+    if a.switch("help") {
+        print!("{RUN_USAGE}");
+        return Ok(None);
+    }
     if a.positional.len() != 1 {
         return Err(Error::invalid(format!(
             "run: expected one model directory, found {} positional arguments (see k3 --help)",
@@ -163,7 +187,7 @@ fn parse_request(argv: &[OsString]) -> Result<Request> {
         a.switch("quiet"),
         a.value("isa")?,
     );
-    Ok(Request {
+    Ok(Some(Request {
         config: a
             .value_os("config")
             .map(PathBuf::from)
@@ -182,13 +206,16 @@ fn parse_request(argv: &[OsString]) -> Result<Request> {
         no_progress: a.switch("no-progress"),
         trace_dir: a.value_os("dump-cache-trace").map(PathBuf::from),
         args: a,
-    })
+    }))
 }
 
 /// Runs the command; the report (and `--out`) is produced also when the run fails.
 pub fn run(argv: &[OsString]) -> Result<()> {
     let wall = Instant::now();
-    let req = parse_request(argv)?;
+    let req = match parse_request(argv)? {
+        Some(r) => r,
+        None => return Ok(()),
+    };
     let mut rep = RunReport {
         model_dir: req.model_dir.display().to_string(),
         mla_form: MLA_FORM.to_string(),
