@@ -180,6 +180,21 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
     if layers == Some(0) {
         return Err(Error::invalid("flag `--layers`: must be at least 1"));
     }
+    // Output files go where the user said; a missing directory is a usage error now rather
+    // than an I/O failure after the run.
+    for flag in ["out", "dump-logits"] {
+        if let Some(p) = a.value_os(flag).map(PathBuf::from) {
+            let parent = p.parent().filter(|d| !d.as_os_str().is_empty());
+            if let Some(d) = parent {
+                if !d.is_dir() {
+                    return Err(Error::invalid(format!(
+                        "flag `--{flag}`: directory {} does not exist",
+                        d.display()
+                    )));
+                }
+            }
+        }
+    }
     let (full_recompute, out, dump_logits, quiet, isa) = (
         a.switch("full-recompute"),
         a.value_os("out").map(PathBuf::from),
@@ -440,7 +455,7 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
     rep.expert_slot_bytes = model::expert_bytes(&d);
     rep.timing.load_seconds = t_load.elapsed().as_secs_f64();
     say(&format!(
-        "trunk: resident, {layers}/{} layers pinned ({}), buffered pread, deterministic trunk hit rate 100 %",
+        "trunk: resident (not packed, no ring), {layers}/{} layers pinned ({}), read with O_DIRECT where the file system allows, deterministic trunk hit rate 100 %",
         d.nl,
         crate::plan::gb(plan.trunk_resident)
     ));
