@@ -225,6 +225,12 @@ fn flags_of_later_work_are_refused_not_ignored() {
             "{flag:?}: {err}"
         );
     }
+    let (code, err) = fails(&model, &["--out", "/nonexistent-dir/r.json"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--out") && err.contains("/nonexistent-dir"),
+        "{err}"
+    );
     let (code, err) = fails(&model, &["--bogus"]);
     assert_eq!(code, 2);
     assert!(err.contains("--bogus"));
