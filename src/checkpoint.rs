@@ -10,7 +10,7 @@
 //! * names are split at `.` into components; each distinct component is stored once, and a
 //!   name is a sequence of LEB128 component ids (about 11 bytes for
 //!   `language_model.model.layers.45.block_sparse_moe.experts.512.w1.weight_packed`);
-//! * one fixed 24-byte [`Entry`] per tensor (absolute offset, name code, hash tag, layout id,
+//! * one fixed 24-byte record per tensor (absolute offset, name code, hash tag, layout id,
 //!   shard), in (shard, offset) order, so iteration is file order;
 //! * distinct (dtype, shape) pairs are interned once ("layouts");
 //! * an open-addressed table of u32 entry indices (load ≤ 1/2), keyed by a hash that mixes
@@ -59,7 +59,9 @@ pub struct TensorInfo<'i> {
     pub offset: u64,
     /// Byte length (= product(shape) × dtype size, validated).
     pub nbytes: u64,
+    /// Element type.
     pub dtype: Dtype,
+    /// Dimensions (`[]` = scalar).
     pub shape: &'i [u64],
 }
 

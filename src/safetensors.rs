@@ -68,7 +68,8 @@ pub const MAX_HEADER_LEN: u64 = 100_000_000;
 
 /// A safetensors dtype (FORMATS.md §2.3). Only BF16, F32 and U8 are ever bound; the others are
 /// parsed so that a checkpoint holding them can still be indexed and refused precisely at binding.
-#[allow(non_camel_case_types)]
+/// Variants carry the safetensors spelling (see [`Dtype::name`] and [`Dtype::size`]).
+#[allow(non_camel_case_types, missing_docs)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Dtype {
     BF16,
@@ -247,6 +248,7 @@ struct RawTensor<'a> {
 pub struct TensorView<'h> {
     /// The decoded tensor name.
     pub name: &'h str,
+    /// Element type.
     pub dtype: Dtype,
     /// Dimensions (`[]` = scalar).
     pub shape: &'h [u64],
