@@ -20,9 +20,9 @@ pub const IGNORED_PREFIXES: [&str; 2] = ["vision_tower.", "mm_projector."];
 pub const EMBED_TOKENS: &str = "language_model.model.embed_tokens.weight";
 /// `lm_head` [V, H] BF16 (absent when `tie_word_embeddings`).
 pub const LM_HEAD: &str = "language_model.lm_head.weight";
-/// Final RMSNorm gain [H] BF16.
+/// Final RMSNorm gain `[H]` BF16.
 pub const FINAL_NORM: &str = "language_model.model.norm.weight";
-/// Output AttnRes norm gain [H] BF16.
+/// Output AttnRes norm gain `[H]` BF16.
 pub const OUTPUT_ATTN_RES_NORM: &str = "language_model.model.output_attn_res_norm.weight";
 /// Output AttnRes projection [1, H] BF16.
 pub const OUTPUT_ATTN_RES_PROJ: &str = "language_model.model.output_attn_res_proj.weight";
@@ -30,10 +30,15 @@ pub const OUTPUT_ATTN_RES_PROJ: &str = "language_model.model.output_attn_res_pro
 /// A model-level tensor (MODEL.md §4 "Model level").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModelTensor {
+    /// `embed_tokens` [V, H].
     EmbedTokens,
+    /// `lm_head` [V, H] (absent when tied).
     LmHead,
+    /// Final RMSNorm gain `[H]`.
     Norm,
+    /// Output AttnRes norm gain `[H]`.
     OutputAttnResNorm,
+    /// Output AttnRes projection [1, H].
     OutputAttnResProj,
 }
 
@@ -117,12 +122,21 @@ pub enum TensorClass<'n> {
     /// One of the five model-level names.
     Model(ModelTensor),
     /// `language_model.model.layers.{layer}.{suffix}`, not a routed expert.
-    Layer { layer: usize, suffix: &'n str },
+    Layer {
+        /// Zero-based layer.
+        layer: usize,
+        /// The part after `layers.{layer}.`.
+        suffix: &'n str,
+    },
     /// `language_model.model.layers.{layer}.block_sparse_moe.experts.{expert}.{w1|w2|w3}.{weight_packed|weight_scale}`.
     Expert {
+        /// Zero-based layer.
         layer: usize,
+        /// Zero-based expert.
         expert: usize,
+        /// w1, w2 or w3.
         matrix: ExpertMatrix,
+        /// Packed nibbles or E8M0 scales.
         part: ExpertPart,
     },
     /// `vision_tower.*` or `mm_projector.*`: never read.
@@ -198,8 +212,11 @@ pub fn classify(name: &str) -> TensorClass<'_> {
 /// One required tensor: full name, shape and dtype (MODEL.md §4).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TensorSpec {
+    /// Full tensor name.
     pub name: String,
+    /// Required shape.
     pub shape: Vec<u64>,
+    /// Required dtype.
     pub dtype: Dtype,
 }
 
@@ -225,8 +242,11 @@ impl TensorSpec {
 /// A trunk tensor of one layer, by suffix (after `layers.{ℓ}.`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SuffixSpec {
+    /// The name after `language_model.model.layers.{ℓ}.`.
     pub suffix: &'static str,
+    /// Required shape.
     pub shape: Vec<u64>,
+    /// Required dtype.
     pub dtype: Dtype,
 }
 

@@ -31,6 +31,7 @@ const MAX_LISTED_EXPERTS: usize = 16;
 pub struct LayerLedger {
     /// Zero-based layer.
     pub layer: usize,
+    /// Attention kind.
     pub kind: AttnKind,
     /// Dense FFN (else MoE).
     pub dense: bool,
@@ -71,10 +72,15 @@ pub struct ExpertLedger {
 /// Tensor counts by class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ClassCounts {
+    /// Model-level tensors.
     pub model: usize,
+    /// Layer tensors that are not routed experts (whether or not the catalogue lists them).
     pub trunk: usize,
+    /// Routed-expert tensors.
     pub expert: usize,
+    /// `vision_tower.` / `mm_projector.` tensors.
     pub ignored: usize,
+    /// Names the classifier does not recognise.
     pub unknown: usize,
 }
 
@@ -89,6 +95,7 @@ pub struct Ledger {
     pub largest_run: Option<(usize, u64)>,
     /// Bytes of the model tables (`embed_tokens`, `lm_head`, three vectors) present.
     pub model_table_bytes: u64,
+    /// The routed-expert ledger.
     pub experts: ExpertLedger,
     /// Bytes of ignored vision/projector tensors.
     pub ignored_bytes: u64,
@@ -115,7 +122,9 @@ pub struct Census {
     pub problems: Vec<String>,
     /// True when the census stopped at [`MAX_PROBLEMS`].
     pub truncated: bool,
+    /// Present tensors by class.
     pub counts: ClassCounts,
+    /// The byte ledger.
     pub ledger: Ledger,
     bound_shards: Vec<bool>,
 }

@@ -10,20 +10,21 @@
 //! * names are split at `.` into components; each distinct component is stored once, and a
 //!   name is a sequence of LEB128 component ids (about 11 bytes for
 //!   `language_model.model.layers.45.block_sparse_moe.experts.512.w1.weight_packed`);
-//! * one fixed 24-byte [`Entry`] per tensor (absolute offset, name code, hash tag, layout id,
+//! * one fixed 24-byte record per tensor (absolute offset, name code, hash tag, layout id,
 //!   shard), in (shard, offset) order, so iteration is file order;
 //! * distinct (dtype, shape) pairs are interned once ("layouts");
-//! * an open-addressed table of u32 entry indices (load ≤ 1/2), keyed by FNV-1a-64 over every
-//!   byte of the full name followed by a 64-bit finaliser.
+//! * an open-addressed table of u32 entry indices (load ≤ 1/2), keyed by a hash that mixes
+//!   every byte of the full name (8 bytes per multiply-rotate step, then an avalanche).
 //!
 //! About 44 bytes per tensor including names at the released scale (see `tests/checkpoint.rs`).
 
 use crate::error::{Error, Result};
 use crate::fnv::{fnv1a64, fnv1a64_continue, FNV_OFFSET};
 use crate::json::{Kind, Scanner};
-use crate::safetensors::{self, Dtype, ShardHeader};
+use crate::safetensors::{self, Dtype, FastBuildHasher, FastHasher, ShardHeader};
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::hash::Hasher;
 use std::path::{Path, PathBuf};
 
 /// The optional shard index file of a checkpoint directory (FORMATS.md §3).
@@ -58,7 +59,9 @@ pub struct TensorInfo<'i> {
     pub offset: u64,
     /// Byte length (= product(shape) × dtype size, validated).
     pub nbytes: u64,
+    /// Element type.
     pub dtype: Dtype,
+    /// Dimensions (`[]` = scalar).
     pub shape: &'i [u64],
 }
 
@@ -114,15 +117,12 @@ pub struct TensorIndex {
 }
 
 fn name_hash(name: &str) -> u64 {
-    // FNV-1a mixes every byte (names differ only deep inside long shared prefixes); the
-    // murmur3 finaliser spreads that into the low bits used for the slot.
-    let mut h = fnv1a64(name.as_bytes());
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    h ^= h >> 33;
-    h
+    // Names differ only deep inside long shared prefixes, so the hash must mix every byte:
+    // eight bytes per multiply-rotate step, then a final avalanche into the low bits used
+    // for the slot (see `FastHasher`).
+    let mut h = FastHasher::default();
+    h.write(name.as_bytes());
+    h.finish()
 }
 
 fn read_varint(codes: &[u8], pos: &mut usize) -> u32 {
@@ -230,10 +230,13 @@ impl TensorIndex {
     }
 
     fn find_entry(&self, name: &str) -> Option<usize> {
+        self.find_hashed(name, name_hash(name))
+    }
+
+    fn find_hashed(&self, name: &str, h: u64) -> Option<usize> {
         if self.table.is_empty() {
             return None;
         }
-        let h = name_hash(name);
         let tag = (h >> 32) as u32;
         let mask = self.table.len() - 1;
         let mut slot = (h as usize) & mask;
@@ -374,8 +377,10 @@ impl TensorIndex {
 /// it to index headers without files.
 pub struct IndexBuilder {
     idx: TensorIndex,
-    comp_ids: HashMap<Vec<u8>, u32>,
-    layout_ids: HashMap<(Dtype, Vec<u64>), u32>,
+    comp_ids: HashMap<Vec<u8>, u32, FastBuildHasher>,
+    layout_ids: HashMap<(Dtype, Vec<u64>), u32, FastBuildHasher>,
+    /// Recently used layouts (checkpoints cycle through a handful of shapes).
+    recent_layouts: Vec<u32>,
 }
 
 impl IndexBuilder {
@@ -395,8 +400,9 @@ impl IndexBuilder {
                 dims: Vec::new(),
                 table: Vec::new(),
             },
-            comp_ids: HashMap::new(),
-            layout_ids: HashMap::new(),
+            comp_ids: HashMap::default(),
+            layout_ids: HashMap::default(),
+            recent_layouts: Vec::new(),
         }
     }
 
@@ -413,6 +419,22 @@ impl IndexBuilder {
     }
 
     fn layout_id(&mut self, dtype: Dtype, shape: &[u64], nbytes: u64) -> Result<u32> {
+        for &l in &self.recent_layouts {
+            let lay = &self.idx.layouts[l as usize];
+            let s = lay.dims_start as usize;
+            if lay.dtype == dtype && &self.idx.dims[s..s + lay.ndim as usize] == shape {
+                return Ok(l);
+            }
+        }
+        let l = self.layout_id_slow(dtype, shape, nbytes)?;
+        if self.recent_layouts.len() == 16 {
+            self.recent_layouts.remove(0);
+        }
+        self.recent_layouts.push(l);
+        Ok(l)
+    }
+
+    fn layout_id_slow(&mut self, dtype: Dtype, shape: &[u64], nbytes: u64) -> Result<u32> {
         let key = (dtype, shape.to_vec());
         if let Some(&l) = self.layout_ids.get(&key) {
             return Ok(l);
@@ -434,9 +456,10 @@ impl IndexBuilder {
         Ok(l)
     }
 
-    fn grow_table(&mut self) {
+    /// Rebuilds the table with room for at least `want` entries at load ≤ 1/2.
+    fn grow_table(&mut self, want: usize) {
         let idx = &mut self.idx;
-        let cap = (idx.table.len() * 2).max(1024);
+        let cap = (want * 2).next_power_of_two().max(1024);
         idx.table = vec![EMPTY; cap];
         let mask = cap - 1;
         let mut buf = String::new();
@@ -459,11 +482,12 @@ impl IndexBuilder {
         layout: u32,
         shard: u32,
     ) -> Result<std::result::Result<usize, usize>> {
-        if let Some(i) = self.idx.find_entry(name) {
+        let h = name_hash(name);
+        if let Some(i) = self.idx.find_hashed(name, h) {
             return Ok(Err(i));
         }
         if (self.idx.entries.len() + 1) * 2 > self.idx.table.len() {
-            self.grow_table();
+            self.grow_table((self.idx.entries.len() + 1) * 2);
         }
         let i = self.idx.entries.len();
         let i32_ = u32::try_from(i)
@@ -475,7 +499,6 @@ impl IndexBuilder {
             let c = self.comp_id(part)?;
             push_varint(&mut self.idx.codes, c);
         }
-        let h = name_hash(name);
         self.idx.entries.push(Entry {
             offset,
             code_off,
@@ -509,6 +532,11 @@ impl IndexBuilder {
         }
         let shard = self.idx.shards.len();
         let shard32 = u32::try_from(shard).map_err(|_| too_big("shards"))?;
+        let want = self.idx.entries.len() + header.len();
+        if want * 2 > self.idx.table.len() {
+            self.grow_table(want);
+        }
+        self.idx.entries.reserve(header.len());
         for t in header.iter() {
             let layout = self.layout_id(t.dtype, t.shape, t.nbytes())?;
             let offset = header.absolute(t.begin);

@@ -207,12 +207,18 @@ impl Object {
 /// A JSON value.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub enum Value {
+    /// `null`.
     #[default]
     Null,
+    /// `true` / `false`.
     Bool(bool),
+    /// A number, kept as its lexeme.
     Number(Number),
+    /// A decoded string.
     String(String),
+    /// An array.
     Array(Vec<Value>),
+    /// An object (member order kept, names unique).
     Object(Object),
 }
 
@@ -401,11 +407,17 @@ pub fn parse_with_max_depth(input: &[u8], max_depth: usize) -> JResult<Value> {
 /// The kind of the next value, as seen by [`Scanner::peek`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// `null`.
     Null,
+    /// `true` or `false`.
     Bool,
+    /// A number.
     Number,
+    /// A string.
     String,
+    /// `[`.
     Array,
+    /// `{`.
     Object,
 }
 

@@ -16,14 +16,60 @@ use crate::json::{JsonError, Kind, Scanner};
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::path::Path;
+
+/// A fast multiplicative hasher for index-time maps and sets (8 bytes per step, every byte
+/// mixed). Not DoS-resistant, which is fine for a local file read once.
+#[derive(Default, Clone, Copy)]
+pub struct FastHasher(u64);
+
+impl Hasher for FastHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        const K: u64 = 0x517c_c1b7_2722_0a95;
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(c);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(b)).wrapping_mul(K);
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut b = [0u8; 8];
+            b[..rest.len()].copy_from_slice(rest);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(b) ^ ((rest.len() as u64) << 59))
+                .wrapping_mul(K);
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(u64::from(i));
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+    fn finish(&self) -> u64 {
+        // Final avalanche so that the low bits used by the tables depend on every input bit.
+        let mut h = self.0;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h
+    }
+}
+
+/// `BuildHasher` for [`FastHasher`].
+pub type FastBuildHasher = BuildHasherDefault<FastHasher>;
 
 /// Largest header length N accepted (FORMATS.md §2.4 rule 1).
 pub const MAX_HEADER_LEN: u64 = 100_000_000;
 
 /// A safetensors dtype (FORMATS.md §2.3). Only BF16, F32 and U8 are ever bound; the others are
 /// parsed so that a checkpoint holding them can still be indexed and refused precisely at binding.
-#[allow(non_camel_case_types)]
+/// Variants carry the safetensors spelling (see [`Dtype::name`] and [`Dtype::size`]).
+#[allow(non_camel_case_types, missing_docs)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Dtype {
     BF16,
@@ -202,6 +248,7 @@ struct RawTensor<'a> {
 pub struct TensorView<'h> {
     /// The decoded tensor name.
     pub name: &'h str,
+    /// Element type.
     pub dtype: Dtype,
     /// Dimensions (`[]` = scalar).
     pub shape: &'h [u64],
@@ -337,7 +384,8 @@ pub fn parse_header<'a>(file: &str, header: &'a [u8], file_size: u64) -> Result<
 
     // Duplicate names (decoded), reported at the second occurrence.
     {
-        let mut seen: HashSet<&str> = HashSet::with_capacity(tensors.len());
+        let mut seen: HashSet<&str, FastBuildHasher> =
+            HashSet::with_capacity_and_hasher(tensors.len(), FastBuildHasher::default());
         for t in &tensors {
             if !seen.insert(&t.name) {
                 return Err(Error::invalid(format!(
@@ -515,13 +563,23 @@ fn parse_tensor<'a>(
     let mut dtype: Option<Dtype> = None;
     let mut shape_range: Option<(u32, u32)> = None;
     let mut offsets: Option<(u64, u64)> = None;
-    let mut member_names: Vec<Cow<'a, str>> = Vec::new();
+    // Other members are rare; only they are remembered for the duplicate check.
+    let mut other_members: Vec<Cow<'a, str>> = Vec::new();
     while let Some(k) = sc.next_key().map_err(|e| json_err(file, e))? {
         let moff = sc.key_offset();
-        if member_names.contains(&k) {
+        let dup = match k.as_ref() {
+            "dtype" => dtype.is_some(),
+            "shape" => shape_range.is_some(),
+            "data_offsets" => offsets.is_some(),
+            _ => {
+                let d = other_members.contains(&k);
+                other_members.push(k.clone());
+                d
+            }
+        };
+        if dup {
             return Err(ctx(moff, format!("duplicate member \"{k}\"")));
         }
-        member_names.push(k.clone());
         let voff = sc.offset();
         match k.as_ref() {
             "dtype" => {
@@ -545,14 +603,19 @@ fn parse_tensor<'a>(
                 shape_range = Some((start as u32, nd as u32));
             }
             "data_offsets" => {
-                let mut v: Vec<u64> = Vec::with_capacity(2);
-                read_u64_array(sc, file, &name, "data_offsets", |x| v.push(x))?;
-                if v.len() != 2 {
+                let mut v = [0u64; 2];
+                let mut count = 0usize;
+                read_u64_array(sc, file, &name, "data_offsets", |x| {
+                    if count < 2 {
+                        v[count] = x;
+                    }
+                    count += 1;
+                })?;
+                if count != 2 {
                     return Err(ctx(
                         voff,
                         format!(
-                            "data_offsets must hold exactly two integers [begin, end], found {}",
-                            v.len()
+                            "data_offsets must hold exactly two integers [begin, end], found {count}"
                         ),
                     ));
                 }

@@ -633,3 +633,32 @@ fn ledger_reports_broken_contiguity_without_refusing() {
     assert_eq!(l.experts.contiguous, 95);
     assert_eq!(l.experts.non_contiguous_examples, [(1, 0)]);
 }
+
+#[test]
+fn weights_tag_covers_bound_shards_and_detects_changed_headers() {
+    let dir = copy_checkpoint("tiny-k3", "ck_tag");
+    let idx = TensorIndex::open(&dir).unwrap();
+    let cfg = Config::from_file(&dir.join("config.json")).unwrap();
+    let bound = Census::run(&cfg, &idx).bound_shards();
+    // FNV-1a-64 over the headers of shards 1-6 in file-name order (independently computed).
+    assert_eq!(idx.weights_tag(&bound).unwrap(), 0x308b2ffe03020781);
+    // Order and duplicates of the argument do not matter.
+    let mut rev = bound.clone();
+    rev.reverse();
+    rev.push(0);
+    assert_eq!(idx.weights_tag(&rev).unwrap(), 0x308b2ffe03020781);
+    // A header rewritten after indexing (same length) is an I/O failure during the run.
+    let p = dir.join(SHARD2);
+    let mut f = std::fs::read(&p).unwrap();
+    let pos = f.windows(4).position(|w| w == b"\"pt\"").unwrap();
+    f[pos + 1] = b'q';
+    std::fs::write(&p, f).unwrap();
+    let e = idx.weights_tag(&bound).unwrap_err();
+    assert_eq!(e.exit_code(), 4);
+    assert!(
+        e.message
+            .contains("header changed after the checkpoint was indexed"),
+        "{}",
+        e.message
+    );
+}
