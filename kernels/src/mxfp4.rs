@@ -29,7 +29,7 @@ pub fn mxfp4_value(code: u8, scale: u8) -> f64 {
     E2M1[(code & 15) as usize] as f64 * e8m0_scale(scale)
 }
 
-/// Finds the first E8M0 scale byte 255 in a scale tensor laid out [rows, groups_per_row]
+/// Finds the first E8M0 scale byte 255 in a scale tensor laid out \[rows, groups_per_row\]
 /// and returns its (row, group), both zero-based. `None` when every byte is valid.
 ///
 /// The caller names the tensor: `{tensor}: row {row}, group {group}: E8M0 scale 255 (NaN)`
@@ -41,8 +41,8 @@ pub fn find_e8m0_nan(scales: &[u8], groups_per_row: usize) -> Option<(usize, usi
     memchr::memchr(E8M0_NAN, scales).map(|i| (i / groups_per_row, i % groups_per_row))
 }
 
-/// A borrowed MXFP4 matrix of logical shape [rows, cols]: `packed` is [rows, cols/2]
-/// (low nibble = even column), `scales` is [rows, cols/32] E8M0 bytes (FORMATS.md §5).
+/// A borrowed MXFP4 matrix of logical shape \[rows, cols\]: `packed` is \[rows, cols/2\]
+/// (low nibble = even column), `scales` is \[rows, cols/32\] E8M0 bytes (FORMATS.md §5).
 ///
 /// Construction checks the shapes and scans the scales, so a value of this type never holds
 /// an E8M0 byte 255.
@@ -110,12 +110,12 @@ impl<'a> Mxfp4<'a> {
         self.cols
     }
 
-    /// The packed bytes, [rows, cols/2].
+    /// The packed bytes, \[rows, cols/2\].
     pub fn packed(&self) -> &'a [u8] {
         self.packed
     }
 
-    /// The E8M0 scale bytes, [rows, cols/32].
+    /// The E8M0 scale bytes, \[rows, cols/32\].
     pub fn scales(&self) -> &'a [u8] {
         self.scales
     }
@@ -138,7 +138,7 @@ impl<'a> Mxfp4<'a> {
         }
     }
 
-    /// The decoded element W[r][c] (exact, f64). For tests and diagnostics; the kernels
+    /// The decoded element W\[r\]\[c\] (exact, f64). For tests and diagnostics; the kernels
     /// never build a dequantised matrix.
     ///
     /// Panics if (r, c) is out of range.

@@ -25,7 +25,7 @@ pub fn bf16_to_f32(b: u16) -> f32 {
 pub const DOT_LANES: usize = 16;
 
 /// The fixed reduction tree of MODEL.md §5.2 step 3:
-/// b_j = (acc[j] + acc[j+4]) + (acc[j+8] + acc[j+12]) for j = 0…3, then
+/// b_j = (acc\[j\] + acc\[j+4\]) + (acc\[j+8\] + acc\[j+12\]) for j = 0…3, then
 /// (b_0 + b_1) + (b_2 + b_3).
 #[inline(always)]
 pub fn reduce16(acc: &[f64; DOT_LANES]) -> f64 {

@@ -124,8 +124,8 @@ impl Kernels {
 
     // ----- matrix products -------------------------------------------------------------------
 
-    /// y = W x for T input vectors: W BF16 [rows, cols], x [T, cols], y [T, rows] with
-    /// y[t][r] = rnd(dot(W[r], x[t])) (MODEL.md §1, §5.2). T = x.len() / cols ≥ 1. Each
+    /// y = W x for T input vectors: W BF16 \[rows, cols\], x \[T, cols\], y \[T, rows\] with
+    /// y\[t\]\[r\] = rnd(dot(W\[r\], x\[t\])) (MODEL.md §1, §5.2). T = x.len() / cols ≥ 1. Each
     /// weight row is read once per call (all T positions are computed while it is in cache),
     /// so prefill reads a matrix once per chunk. Threads split rows.
     pub fn matmul_bf16(&self, w: &[u16], rows: usize, cols: usize, x: &[f32], y: &mut [f32]) {
@@ -139,7 +139,7 @@ impl Kernels {
         });
     }
 
-    /// As [`Kernels::matmul_bf16`] with fp32 weights W [rows, cols].
+    /// As [`Kernels::matmul_bf16`] with fp32 weights W \[rows, cols\].
     pub fn matmul_f32(&self, w: &[f32], rows: usize, cols: usize, x: &[f32], y: &mut [f32]) {
         let t = check_matmul("matmul_f32", w.len(), rows, cols, x.len(), y.len());
         let isa = self.isa;
@@ -152,7 +152,7 @@ impl Kernels {
     }
 
     /// y = W x for an MXFP4 matrix straight from its packed bytes (FORMATS.md §5): x
-    /// [T, cols], y [T, rows], y[t][r] = rnd(dot(W[r], x[t])) where element (r, c) is
+    /// \[T, cols\], y \[T, rows\], y\[t\]\[r\] = rnd(dot(W\[r\], x\[t\])) where element (r, c) is
     /// E2M1 × 2^(s−127), multiplied exactly in f64 and added into lane c mod 16, so the result
     /// equals dequantise-(in f64)-then-`dot` bit for bit. Never dequantises the matrix.
     /// Threads split rows.
@@ -166,8 +166,8 @@ impl Kernels {
         });
     }
 
-    /// Runs `f(r0, nr, out)` for fixed blocks of `ROW_BLOCK` rows, `out` being [t, nr], and
-    /// places the block results into y [t, rows].
+    /// Runs `f(r0, nr, out)` for fixed blocks of `ROW_BLOCK` rows, `out` being \[t, nr\], and
+    /// places the block results into y \[t, rows\].
     fn row_blocks<F>(&self, rows: usize, t: usize, y: &mut [f32], f: F)
     where
         F: Fn(usize, usize, &mut [f32]) + Sync,
@@ -193,7 +193,7 @@ impl Kernels {
 
     // ----- §5.4 transcendentals over f64 slices -----------------------------------------------
 
-    /// y[i] = exp64(x[i]) (MODEL.md §5.4), f64 in and out.
+    /// y\[i\] = exp64(x\[i\]) (MODEL.md §5.4), f64 in and out.
     pub fn exp64(&self, x: &[f64], y: &mut [f64]) {
         check_len("exp64", x.len(), y.len());
         let isa = self.isa;
@@ -203,7 +203,7 @@ impl Kernels {
         });
     }
 
-    /// y[i] = tanh64(x[i]) (MODEL.md §5.4), f64 in and out.
+    /// y\[i\] = tanh64(x\[i\]) (MODEL.md §5.4), f64 in and out.
     pub fn tanh64(&self, x: &[f64], y: &mut [f64]) {
         check_len("tanh64", x.len(), y.len());
         let isa = self.isa;
@@ -213,7 +213,7 @@ impl Kernels {
         });
     }
 
-    /// y[i] = sig64(x[i]) (MODEL.md §5.4), f64 in and out.
+    /// y\[i\] = sig64(x\[i\]) (MODEL.md §5.4), f64 in and out.
     pub fn sig64(&self, x: &[f64], y: &mut [f64]) {
         check_len("sig64", x.len(), y.len());
         let isa = self.isa;
@@ -223,7 +223,7 @@ impl Kernels {
         });
     }
 
-    /// y[i] = silu64(x[i]) (MODEL.md §5.4), f64 in and out.
+    /// y\[i\] = silu64(x\[i\]) (MODEL.md §5.4), f64 in and out.
     pub fn silu64(&self, x: &[f64], y: &mut [f64]) {
         check_len("silu64", x.len(), y.len());
         let isa = self.isa;
@@ -235,7 +235,7 @@ impl Kernels {
 
     // ----- element-wise fp32 operations -------------------------------------------------------
 
-    /// y[i] = rnd(sig64(x[i])): KDA β (MODEL.md §6.4 step 5), router scores (§6.7 step 1).
+    /// y\[i\] = rnd(sig64(x\[i\])): KDA β (MODEL.md §6.4 step 5), router scores (§6.7 step 1).
     pub fn sigmoid(&self, x: &[f32], y: &mut [f32]) {
         check_len("sigmoid", x.len(), y.len());
         let isa = self.isa;
@@ -245,7 +245,7 @@ impl Kernels {
         });
     }
 
-    /// y[i] = rnd(silu64(x[i])) (MODEL.md §5.4).
+    /// y\[i\] = rnd(silu64(x\[i\])) (MODEL.md §5.4).
     pub fn silu(&self, x: &[f32], y: &mut [f32]) {
         check_len("silu", x.len(), y.len());
         let isa = self.isa;
@@ -255,8 +255,8 @@ impl Kernels {
         });
     }
 
-    /// SiTU-GLU (MODEL.md §6.1): y[i] = rnd(((β1 × tanh64(a/β1)) × sig64(a)) ×
-    /// (β2 × tanh64(b/β2))) with a = gate[i], b = up[i] widened to f64; β1 = `situ_beta`,
+    /// SiTU-GLU (MODEL.md §6.1): y\[i\] = rnd(((β1 × tanh64(a/β1)) × sig64(a)) ×
+    /// (β2 × tanh64(b/β2))) with a = gate\[i\], b = up\[i\] widened to f64; β1 = `situ_beta`,
     /// β2 = `situ_linear_beta` (f64 from the config). |y| < β1·β2.
     pub fn situ_glu(&self, gate: &[f32], up: &[f32], beta1: f64, beta2: f64, y: &mut [f32]) {
         check_len("situ_glu", gate.len(), y.len());
@@ -269,7 +269,7 @@ impl Kernels {
         });
     }
 
-    /// Output gate in place: o[i] = rnd((f64)o[i] × sig64(g[i])) (KDA §6.4 step 8 after the
+    /// Output gate in place: o\[i\] = rnd((f64)o\[i\] × sig64(g\[i\])) (KDA §6.4 step 8 after the
     /// norm; MLA §6.5 step 5).
     pub fn sigmoid_gate(&self, o: &mut [f32], g: &[f32]) {
         check_len("sigmoid_gate", g.len(), o.len());
@@ -280,7 +280,7 @@ impl Kernels {
         });
     }
 
-    /// Residual add in place: p[i] = rnd((f64)p[i] + (f64)y[i]) (MODEL.md §6.3 steps 4, 7;
+    /// Residual add in place: p\[i\] = rnd((f64)p\[i\] + (f64)y\[i\]) (MODEL.md §6.3 steps 4, 7;
     /// §6.7 step 10).
     pub fn add(&self, p: &mut [f32], y: &[f32]) {
         check_len("add", y.len(), p.len());
@@ -303,10 +303,10 @@ impl Kernels {
 
     // ----- norms --------------------------------------------------------------------------
 
-    /// RMSNorm (MODEL.md §6.1) of each row of x [T, n] with gain w [n] and eps (f64: the
+    /// RMSNorm (MODEL.md §6.1) of each row of x \[T, n\] with gain w \[n\] and eps (f64: the
     /// config's `rms_norm_eps`, or 1e-6 for the MLA latent norms): ss = dot(x, x);
-    /// r = 1/sqrt(ss/n + eps); y[i] = rnd(((f64)x[i] × r) × (f64)w[i]). y [T, n].
-    /// Also the KDA head-wise output norm: x [T·Hk, Dk] with the shared Dk gain.
+    /// r = 1/sqrt(ss/n + eps); y\[i\] = rnd(((f64)x\[i\] × r) × (f64)w\[i\]). y \[T, n\].
+    /// Also the KDA head-wise output norm: x \[T·Hk, Dk\] with the shared Dk gain.
     pub fn rmsnorm(&self, x: &[f32], w: &[f32], eps: f64, y: &mut [f32]) {
         let n = w.len();
         assert!(n > 0, "rmsnorm: empty gain");
@@ -335,9 +335,9 @@ impl Kernels {
     }
 
     /// L2Norm per head in place, then a scale (MODEL.md §6.4 steps 3–4): for each head of
-    /// `head_dim` values, x[i] = rnd(((f64)x[i] × r) × scale) with r the head's L2Norm factor.
+    /// `head_dim` values, x\[i\] = rnd(((f64)x\[i\] × r) × scale) with r the head's L2Norm factor.
     /// KDA q uses scale = sD = 1/sqrt(Dk); k uses 1.0 (× 1.0 is exact, so this equals
-    /// rnd((f64)k × r)). x [T·H, head_dim].
+    /// rnd((f64)k × r)). x \[T·H, head_dim\].
     pub fn l2norm_heads(&self, x: &mut [f32], head_dim: usize, scale: f64) {
         assert!(head_dim > 0, "l2norm_heads: head_dim 0");
         assert!(
@@ -363,9 +363,9 @@ impl Kernels {
         dispatch!(self.isa, softmax(s))
     }
 
-    /// Attention scores (MODEL.md §6.5, absorbed form): scores[s] = dot(q, row_s) × scale
-    /// (f64) for s < scores.len(), where row_s = rows[s·stride .. s·stride + q.len()] (MLA
-    /// cache rows [lat | k_pe], stride Rkv + Dr; scale sQ). Serial (callers split heads).
+    /// Attention scores (MODEL.md §6.5, absorbed form): scores\[s\] = dot(q, row_s) × scale
+    /// (f64) for s < scores.len(), where row_s = rows\[s·stride .. s·stride + q.len()\] (MLA
+    /// cache rows \[lat | k_pe\], stride Rkv + Dr; scale sQ). Serial (callers split heads).
     pub fn attn_scores(
         &self,
         q: &[f32],
@@ -378,8 +378,8 @@ impl Kernels {
         dispatch!(self.isa, attn_scores(q, rows, stride, scale, scores))
     }
 
-    /// Weighted sum over positions (MODEL.md §5.3, §6.5): y[c] = rnd(seqsum_{s ascending}
-    /// (p[s] × (f64)rows[s·stride + c])) for c < y.len(). Used for ō = Σ p_s·lat_s over the
+    /// Weighted sum over positions (MODEL.md §5.3, §6.5): y\[c\] = rnd(seqsum_{s ascending}
+    /// (p\[s\] × (f64)rows\[s·stride + c\])) for c < y.len(). Used for ō = Σ p_s·lat_s over the
     /// MLA cache. Serial.
     pub fn mix_rows(&self, p: &[f64], rows: &[f32], stride: usize, y: &mut [f32]) {
         check_rows("mix_rows", p.len(), stride, y.len(), rows.len());
@@ -387,15 +387,15 @@ impl Kernels {
     }
 
     /// As [`Kernels::mix_rows`] over BF16 rows: the absorbed MLA query
-    /// q̂[c] = rnd(seqsum_{d ascending}((f64)q_nope[d] × W_kb[d][c])) with coef = q_nope
+    /// q̂\[c\] = rnd(seqsum_{d ascending}((f64)q_nope\[d\] × W_kb\[d\]\[c\])) with coef = q_nope
     /// widened to f64 and rows = the head's `kv_b_proj` rows (stride Rkv). Serial.
     pub fn mix_rows_bf16(&self, coef: &[f64], rows: &[u16], stride: usize, y: &mut [f32]) {
         check_rows("mix_rows_bf16", coef.len(), stride, y.len(), rows.len());
         dispatch!(self.isa, mix_rows_bf16(coef, rows, stride, y))
     }
 
-    /// Weighted sum of separate vectors in the given order: y[c] = rnd(seqsum_i(coef[i] ×
-    /// (f64)srcs[i][c])). The MoE aggregate (MODEL.md §6.7 step 6: coef = (f64)w_e, srcs = y_e
+    /// Weighted sum of separate vectors in the given order: y\[c\] = rnd(seqsum_i(coef\[i\] ×
+    /// (f64)srcs\[i\]\[c\])). The MoE aggregate (MODEL.md §6.7 step 6: coef = (f64)w_e, srcs = y_e
     /// in selection order) and the AttnRes mix (§6.1 step 3). Threads split c.
     pub fn mix(&self, coef: &[f64], srcs: &[&[f32]], y: &mut [f32]) {
         assert_eq!(coef.len(), srcs.len(), "mix: coefficient count");
@@ -413,7 +413,7 @@ impl Kernels {
 
     /// Block AttnRes aggregation Agg(v_0 … v_n; f) (MODEL.md §6.1): for each source
     /// r_i = 1/sqrt(dot(v_i, v_i)/H + eps), s_i = r_i × dot(v_i, f); p = softmax(s) as in
-    /// [`Kernels::softmax`]; y[d] = rnd(seqsum_i(p_i × (f64)v_i[d])). Sources in source order
+    /// [`Kernels::softmax`]; y\[d\] = rnd(seqsum_i(p_i × (f64)v_i\[d\])). Sources in source order
     /// (snapshots oldest first, running sum last), each of width H = f.len(); eps = ε.
     ///
     /// Panics if there are no sources.
@@ -435,10 +435,10 @@ impl Kernels {
     // ----- KDA ------------------------------------------------------------------------------
 
     /// KDA short causal depthwise conv + SiLU (MODEL.md §6.4 step 2, §7) for one stream over a
-    /// chunk of T positions. u [T, C] pre-conv inputs; taps [C, kc] (`q/k/v_conv1d.weight`
-    /// [C, 1, kc], tap kc−1 multiplies the current input); hist [(kc−1), C] the previous
-    /// pre-conv inputs, oldest first (zeros for a fresh sequence); y [T, C]:
-    /// y[t][c] = rnd(silu64(seqsum_{m=0…kc−1}((f64)taps[c][kc−1−m] × (f64)u(t−m)))), the
+    /// chunk of T positions. u \[T, C\] pre-conv inputs; taps \[C, kc\] (`q/k/v_conv1d.weight`
+    /// \[C, 1, kc\], tap kc−1 multiplies the current input); hist \[(kc−1), C\] the previous
+    /// pre-conv inputs, oldest first (zeros for a fresh sequence); y \[T, C\]:
+    /// y\[t\]\[c\] = rnd(silu64(seqsum_{m=0…kc−1}((f64)taps\[c\]\[kc−1−m\] × (f64)u(t−m)))), the
     /// current input first. Afterwards `hist` holds the last kc−1 pre-conv inputs (the
     /// history shifts by T slots). Serial (callers may run the q, k, v streams in parallel).
     pub fn kda_short_conv(
@@ -471,11 +471,11 @@ impl Kernels {
         }
     }
 
-    /// KDA bounded decay (MODEL.md §6.4 step 6) for T positions: z [T, Hk·Dk] (from
+    /// KDA bounded decay (MODEL.md §6.4 step 6) for T positions: z \[T, Hk·Dk\] (from
     /// `f_b_proj`), a_log (`A_log`, at least Hk values; only the first Hk are read, per head),
-    /// dt_bias [Hk·Dk], gmin = `gate_lower_bound` (f64), head_dim = Dk; alpha [T, Hk·Dk]:
-    /// a_h = exp64(A_log[h]); g = gmin × sig64(a_h × ((f64)z + (f64)dt_bias));
-    /// alpha = rnd(exp64(g)) ∈ [e^gmin, 1].
+    /// dt_bias \[Hk·Dk\], gmin = `gate_lower_bound` (f64), head_dim = Dk; alpha \[T, Hk·Dk\]:
+    /// a_h = exp64(A_log\[h\]); g = gmin × sig64(a_h × ((f64)z + (f64)dt_bias));
+    /// alpha = rnd(exp64(g)) ∈ \[e^gmin, 1\].
     pub fn kda_decay(
         &self,
         z: &[f32],
@@ -506,11 +506,11 @@ impl Kernels {
     }
 
     /// KDA recurrence (MODEL.md §6.4 step 7) over T positions in increasing order.
-    /// st: Sᵀ of every head, [Hk][Dk (value j)][Dk (key i)], updated in place; q, k, v, alpha
-    /// [T, Hk·Dk] (q already L2-normed and scaled by sD, k L2-normed); beta [T, Hk]; o
-    /// [T, Hk·Dk]. Per head and position, for each value channel j: decay ST[j][i] ←
-    /// rnd(α[i]·ST[j][i]); u = dot(k, ST[j]); δ = rnd(β × ((f64)v[j] − u));
-    /// ST[j][i] ← rnd(ST[j][i] + k[i]·δ); o[j] = rnd(dot(q, ST[j])) from the updated state.
+    /// st: Sᵀ of every head, \[Hk\]\[Dk (value j)\]\[Dk (key i)\], updated in place; q, k, v, alpha
+    /// \[T, Hk·Dk\] (q already L2-normed and scaled by sD, k L2-normed); beta \[T, Hk\]; o
+    /// \[T, Hk·Dk\]. Per head and position, for each value channel j: decay ST\[j\]\[i\] ←
+    /// rnd(α\[i\]·ST\[j\]\[i\]); u = dot(k, ST\[j\]); δ = rnd(β × ((f64)v\[j\] − u));
+    /// ST\[j\]\[i\] ← rnd(ST\[j\]\[i\] + k\[i\]·δ); o\[j\] = rnd(dot(q, ST\[j\])) from the updated state.
     /// Threads split heads.
     #[allow(clippy::too_many_arguments)]
     pub fn kda_recurrence(

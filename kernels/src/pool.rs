@@ -280,7 +280,7 @@ impl<T> SyncPtr<T> {
         }
     }
 
-    /// The sub-slice [start, start + len).
+    /// The sub-slice \[start, start + len).
     ///
     /// # Safety
     /// The range must lie inside the original slice, the original borrow must still be live,

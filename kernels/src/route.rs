@@ -5,7 +5,7 @@
 use crate::error::KernelError;
 use crate::num::rnd;
 
-/// Selects the `k` experts with the largest key_e = (f64)scores[e] + (f64)bias[e] (f64, not
+/// Selects the `k` experts with the largest key_e = (f64)scores\[e\] + (f64)bias\[e\] (f64, not
 /// rounded), ties to the lower expert index (MODEL.md §6.7 step 2). Returns the expert
 /// indices in *selection order*: key descending, ties by lower index.
 ///
@@ -40,7 +40,7 @@ pub fn moe_select(scores: &[f32], bias: &[f32], k: usize) -> Result<Vec<usize>, 
 /// if `renormalize` and more than one expert is selected,
 /// Z = seqsum_{selection order}((f64)s_e) and w_e = rnd(((f64)s_e / (Z + 1e-20)) × rsf);
 /// otherwise w_e = rnd((f64)s_e × rsf). `rsf` = `routed_scaling_factor`; the scores are the
-/// unbiased ones. out [selected.len()].
+/// unbiased ones. out \[selected.len()\].
 ///
 /// Panics if `out` is not as long as `selected` or an index is out of range.
 pub fn moe_weights(

@@ -261,7 +261,7 @@ impl<S: Simd> Op2<S> for DeltaWrite<S> {
 
 // ----- slice drivers -------------------------------------------------------------------------
 
-/// y[i] = f(x[i]) over f64 slices; the tail runs through the same vector code on a padded copy.
+/// y\[i\] = f(x\[i\]) over f64 slices; the tail runs through the same vector code on a padded copy.
 #[inline(always)]
 unsafe fn map64<S: Simd, F: Op1<S>>(x: &[f64], y: &mut [f64], f: F) {
     let n = x.len().min(y.len());
@@ -279,7 +279,7 @@ unsafe fn map64<S: Simd, F: Op1<S>>(x: &[f64], y: &mut [f64], f: F) {
     }
 }
 
-/// y[i] = rnd(f(a[i], b[i])) over fp32 slices (b may be `a` for one-input maps).
+/// y\[i\] = rnd(f(a\[i\], b\[i\])) over fp32 slices (b may be `a` for one-input maps).
 #[inline(always)]
 unsafe fn map2<S: Simd, F: Op2<S>>(a: &[f32], b: &[f32], y: &mut [f32], f: F) {
     let n = y.len();
@@ -306,7 +306,7 @@ unsafe fn map2<S: Simd, F: Op2<S>>(a: &[f32], b: &[f32], y: &mut [f32], f: F) {
     }
 }
 
-/// In place: y[i] = rnd(f(y[i], b[i])).
+/// In place: y\[i\] = rnd(f(y\[i\], b\[i\])).
 #[inline(always)]
 unsafe fn map2_inplace<S: Simd, F: Op2<S>>(y: &mut [f32], b: &[f32], f: F) {
     let n = y.len();
@@ -502,7 +502,7 @@ impl<S: Simd> MixSrc<S> for Slices<'_, '_> {
     }
 }
 
-/// y[c] = rnd(seqsum_i(coef[i] × src_i[c])) vectorised across c: every lane keeps its own
+/// y\[c\] = rnd(seqsum_i(coef\[i\] × src_i\[c\])) vectorised across c: every lane keeps its own
 /// accumulator and adds the terms in the order of i, exactly like the scalar loop. Columns
 /// past the last whole vector use the scalar formula (the same IEEE operations). The caller
 /// (`Kernels`) has checked that every (i, c) is in bounds.

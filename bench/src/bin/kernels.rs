@@ -8,7 +8,7 @@
 //! ```text
 //! cargo run --release -p k3-bench --bin kernels [-- --reps N] [--quick] [--out FILE]
 //! ```
-//! Results go to bench/results/kernels-<YYYYMMDD>.tsv (or FILE) with the machine description
+//! Results go to `bench/results/kernels-<YYYYMMDD>.tsv` (or FILE) with the machine description
 //! and the command at the top.
 
 use k3_bench::membw::{self, MemBw};

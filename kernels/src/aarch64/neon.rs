@@ -1,5 +1,5 @@
 //! The NEON path. `dot` keeps its 16 f64 accumulators in eight 2×f64 registers, register r
-//! lane j = acc[2r + j] (MODEL.md §5.2), and ends with the scalar reduction tree. Only
+//! lane j = acc\[2r + j\] (MODEL.md §5.2), and ends with the scalar reduction tree. Only
 //! separate multiplies and adds are issued (never `fmla`/`fmadd`); a test checks the
 //! disassembly.
 //!
@@ -117,7 +117,7 @@ impl Simd for Neon {
     }
 }
 
-/// Eight accumulator registers: register r lane j holds acc[2r + j].
+/// Eight accumulator registers: register r lane j holds acc\[2r + j\].
 type Acc = [float64x2_t; 8];
 
 #[inline(always)]
@@ -125,7 +125,7 @@ unsafe fn acc_zero() -> Acc {
     [vdupq_n_f64(0.0); 8]
 }
 
-/// Stores the registers into the 16 canonical lanes (register r lane j → acc[2r + j]).
+/// Stores the registers into the 16 canonical lanes (register r lane j → acc\[2r + j\]).
 #[inline(always)]
 unsafe fn acc_lanes(a: &Acc) -> [f64; DOT_LANES] {
     let mut l = [0.0f64; DOT_LANES];
@@ -275,7 +275,7 @@ pub(crate) unsafe fn dot_bf16(w: &[u16], x: &[f32]) -> f64 {
     dot_bf16_impl(w, x)
 }
 
-/// Matrix block: w [nr, cols] BF16, x [T, cols] → out [T, nr]. One position: rows in pairs
+/// Matrix block: w \[nr, cols\] BF16, x \[T, cols\] → out \[T, nr\]. One position: rows in pairs
 /// sharing x. Several positions: each row is widened once to f64 and reused for every
 /// position while it sits in cache.
 #[target_feature(enable = "neon")]
@@ -398,7 +398,7 @@ unsafe fn decode_row_mxfp4(packed: &[u8], scales: &[u8], out: &mut [f64]) {
     }
 }
 
-/// MXFP4 block: packed [nr, cols/2], scales [nr, cols/32], x [T, cols] → out [T, nr].
+/// MXFP4 block: packed \[nr, cols/2\], scales \[nr, cols/32\], x \[T, cols\] → out \[T, nr\].
 #[target_feature(enable = "neon")]
 pub(crate) unsafe fn matmul_mxfp4(
     packed: &[u8],

@@ -1,5 +1,5 @@
 //! The AVX2 path. `dot` keeps its 16 f64 accumulators in four 4×f64 registers, register r
-//! lane j = acc[4r + j] (MODEL.md §5.2), and ends with the scalar reduction tree. Compiled
+//! lane j = acc\[4r + j\] (MODEL.md §5.2), and ends with the scalar reduction tree. Compiled
 //! with `avx2` only (never `fma`), so the compiler cannot emit fused multiply-adds; a test
 //! checks the disassembly.
 //!
@@ -113,7 +113,7 @@ impl Simd for Avx2 {
     }
 }
 
-/// Four accumulator registers: register r lane j holds acc[4r + j].
+/// Four accumulator registers: register r lane j holds acc\[4r + j\].
 type Acc = [__m256d; 4];
 
 #[inline(always)]
@@ -121,7 +121,7 @@ unsafe fn acc_zero() -> Acc {
     [_mm256_setzero_pd(); 4]
 }
 
-/// Stores the registers into the 16 canonical lanes (register r lane j → acc[4r + j]).
+/// Stores the registers into the 16 canonical lanes (register r lane j → acc\[4r + j\]).
 #[inline(always)]
 unsafe fn acc_lanes(a: &Acc) -> [f64; DOT_LANES] {
     let mut l = [0.0f64; DOT_LANES];
@@ -281,7 +281,7 @@ pub(crate) unsafe fn dot_bf16(w: &[u16], x: &[f32]) -> f64 {
     dot_bf16_impl(w, x)
 }
 
-/// Matrix block: w [nr, cols] BF16, x [T, cols] → out [T, nr]. One position: rows in pairs
+/// Matrix block: w \[nr, cols\] BF16, x \[T, cols\] → out \[T, nr\]. One position: rows in pairs
 /// sharing x. Several positions: each row is widened once to f64 and reused for every
 /// position while it sits in cache.
 #[target_feature(enable = "avx2")]
@@ -442,7 +442,7 @@ unsafe fn decode_row_mxfp4(packed: &[u8], scales: &[u8], ctrl: &[__m256i; 4], ou
     }
 }
 
-/// MXFP4 block: packed [nr, cols/2], scales [nr, cols/32], x [T, cols] → out [T, nr].
+/// MXFP4 block: packed \[nr, cols/2\], scales \[nr, cols/32\], x \[T, cols\] → out \[T, nr\].
 #[target_feature(enable = "avx2")]
 pub(crate) unsafe fn matmul_mxfp4(
     packed: &[u8],
