@@ -134,6 +134,13 @@ fn directory_and_config_errors_name_the_file() {
     assert_eq!(t.special_id("[BOS]"), Some(259));
     assert_eq!(t.special().name(260), Some("<|reserved_token_260|>"));
 
+    // Chat mode needs [EOS] <|end_of_msg|> <|open|> <|close|> <|sep|> at N+1 … N+5.
+    let e = t.check_chat_specials().unwrap_err();
+    assert!(
+        e.message.contains("260") && e.message.contains("[EOS]"),
+        "{e}"
+    );
+
     let d = write_dir("no_cfg", Some(vocab.as_bytes()), None);
     assert!(load_err(&d).contains("tokenizer_config.json: tokenizer file not found"));
     let d = write_dir("no_vocab", None, Some(good_cfg));
@@ -260,6 +267,7 @@ fn released_special_block() {
     let open = t.encode("<|open|>", false);
     assert!(open.len() > 1 && !open.contains(&163_587), "{open:?}");
     assert!(t.check_vocab_size(163_840).is_ok());
+    assert!(t.check_chat_specials().is_ok());
     let e = t.check_vocab_size(163_841).unwrap_err();
     assert!(
         e.message.contains("163840") && e.message.contains("163841"),
