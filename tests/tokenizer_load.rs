@@ -404,3 +404,84 @@ fn round_trip_through_the_commands() {
     let (rc, back, _) = k3(&["detokenize", "--tok", d, "--ids", ids.trim()]);
     assert_eq!((rc, back.as_str()), (0, text));
 }
+
+fn args(v: &[&str]) -> k3::cli::args::Args {
+    let argv: Vec<std::ffi::OsString> = v.iter().map(Into::into).collect();
+    k3::cli::args::Args::parse(&argv, &k3::cli::tokenize::PROMPT_SPECS).unwrap()
+}
+
+/// The run command's prompt helpers: exactly one prompt source, text needs a tokenizer, an
+/// empty prompt and ids outside the vocabulary are exit 2, files are read verbatim.
+#[test]
+fn run_prompt_helpers() {
+    use k3::cli::tokenize::{load_tokenizer, prompt_ids, tokenizer_dir};
+    let t = tok();
+    let d = fixture_dir();
+    assert_eq!(
+        prompt_ids(&args(&["--prompt", "The capital of France is"]), Some(t)).unwrap(),
+        vec![1008, 10484, 318, 15383, 387]
+    );
+    // Special-token names in a prompt are plain text.
+    assert!(!prompt_ids(&args(&["--prompt", "[EOS]"]), Some(t))
+        .unwrap()
+        .contains(&163_585));
+    assert_eq!(
+        prompt_ids(&args(&["--ids", "1,2"]), None).unwrap(),
+        vec![1, 2]
+    );
+    let f = Path::new(env!("CARGO_TARGET_TMPDIR")).join("prompt_file.txt");
+    std::fs::write(&f, "Hello world").unwrap();
+    let fs = f.to_str().unwrap();
+    assert_eq!(
+        prompt_ids(&args(&["--prompt-file", fs]), Some(t)).unwrap(),
+        vec![19180, 2695]
+    );
+    let cases: &[(&[&str], bool, &str)] = &[
+        (&["--prompt", ""], true, "empty"),
+        (&[], true, "no prompt"),
+        (&["--prompt", "a", "--ids", "1"], true, "only one"),
+        (&["--prompt", "a"], false, "needs a tokenizer"),
+        (&["--ids", "163840"], true, "out of range"),
+        (&["--ids", ""], true, "no ids"),
+    ];
+    for (argv, with_tok, want) in cases {
+        let e = prompt_ids(&args(argv), with_tok.then_some(t)).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.message.contains(want), "{argv:?}: {e}");
+    }
+    std::fs::write(&f, b"").unwrap();
+    let e = prompt_ids(&args(&["--prompt-file", fs]), Some(t)).unwrap_err();
+    assert!(
+        e.message.contains("prompt_file.txt") && e.message.contains("empty"),
+        "{e}"
+    );
+    std::fs::write(&f, b"a\xFFb").unwrap();
+    let e = prompt_ids(&args(&["--prompt-file", fs]), Some(t)).unwrap_err();
+    assert!(
+        e.message.contains("prompt_file.txt") && e.message.contains("byte offset 1"),
+        "{e}"
+    );
+
+    // --tok wins; else the model directory when it holds a tokenizer file; else none.
+    let empty = write_dir("run_empty", None, None);
+    assert_eq!(tokenizer_dir(None, &d), Some(d.clone()));
+    assert_eq!(tokenizer_dir(None, &empty), None);
+    assert_eq!(tokenizer_dir(Some(&d), &empty), Some(d.clone()));
+    assert!(load_tokenizer(&args(&[]), &empty).unwrap().is_none());
+    assert!(load_tokenizer(&args(&[]), &d).unwrap().is_some());
+    let half = write_dir("run_half", Some(b"QQ== 0"), None);
+    let e = load_tokenizer(&args(&[]), &half).err().unwrap();
+    assert!(
+        e.message
+            .contains("tokenizer_config.json: tokenizer file not found"),
+        "{e}"
+    );
+    let e = load_tokenizer(&args(&["--tok", empty.to_str().unwrap()]), &d)
+        .err()
+        .unwrap();
+    assert!(
+        e.message
+            .contains("tiktoken.model: tokenizer file not found"),
+        "{e}"
+    );
+}
