@@ -93,6 +93,30 @@ fn unicode_tables_match_the_reference_regex_classes() {
     }
 }
 
+/// The contraction case folding of §6.2 is the reference's: `(?i)` classes of regex-syntax.
+#[test]
+fn contraction_case_folding_matches_the_reference() {
+    for c in "strevmld".chars() {
+        let hir = regex_syntax::Parser::new()
+            .parse(&format!("(?i){c}"))
+            .unwrap();
+        let regex_syntax::hir::HirKind::Class(regex_syntax::hir::Class::Unicode(cls)) = hir.kind()
+        else {
+            panic!("(?i){c}: not a class");
+        };
+        let got: Vec<char> = cls
+            .ranges()
+            .iter()
+            .flat_map(|r| r.start()..=r.end())
+            .collect();
+        let mut want = vec![c.to_ascii_uppercase(), c];
+        if c == 's' {
+            want.push('ſ');
+        }
+        assert_eq!(got, want, "(?i){c}");
+    }
+}
+
 // ------------------------------------------------------------------------------------------
 // Property tests.
 

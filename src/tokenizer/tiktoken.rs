@@ -35,15 +35,25 @@ struct Slot {
     meta: u64,
 }
 
-/// The first (up to) eight bytes of `b`, zero-padded, little-endian.
+/// The first (up to) eight bytes of `b`, zero-padded, little-endian. Short strings are read
+/// as two overlapping loads (no `memcpy` call: this runs for every BPE lookup).
 #[inline(always)]
 fn head(b: &[u8]) -> u64 {
-    if b.len() >= 8 {
+    let n = b.len();
+    if n >= 8 {
         u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
+    } else if n >= 4 {
+        let lo = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64;
+        let hi = u32::from_le_bytes([b[n - 4], b[n - 3], b[n - 2], b[n - 1]]) as u64;
+        lo | (hi << (8 * (n - 4)))
+    } else if n >= 2 {
+        let lo = u16::from_le_bytes([b[0], b[1]]) as u64;
+        let hi = u16::from_le_bytes([b[n - 2], b[n - 1]]) as u64;
+        lo | (hi << (8 * (n - 2)))
+    } else if n == 1 {
+        b[0] as u64
     } else {
-        let mut buf = [0u8; 8];
-        buf[..b.len()].copy_from_slice(b);
-        u64::from_le_bytes(buf)
+        0
     }
 }
 
@@ -407,6 +417,17 @@ mod tests {
         assert!(base64_decode(b"QR==").is_err()); // non-canonical
         assert!(base64_decode(b"Q=Q=").is_err());
         assert!(base64_decode(b"QQ-=").is_err());
+    }
+
+    #[test]
+    fn head_is_the_zero_padded_prefix() {
+        let data: Vec<u8> = (1..=12).collect();
+        for n in 0..=12 {
+            let mut buf = [0u8; 8];
+            let k = n.min(8);
+            buf[..k].copy_from_slice(&data[..k]);
+            assert_eq!(head(&data[..n]), u64::from_le_bytes(buf), "n = {n}");
+        }
     }
 
     #[test]
