@@ -268,6 +268,8 @@ fn released_special_block() {
     assert!(open.len() > 1 && !open.contains(&163_587), "{open:?}");
     assert!(t.check_vocab_size(163_840).is_ok());
     assert!(t.check_chat_specials().is_ok());
+    let mem = t.memory_bytes();
+    assert!((4_000_000..12_000_000).contains(&mem), "{mem}");
     let e = t.check_vocab_size(163_841).unwrap_err();
     assert!(
         e.message.contains("163840") && e.message.contains("163841"),

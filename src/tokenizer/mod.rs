@@ -113,6 +113,18 @@ impl Tokenizer {
         Ok(())
     }
 
+    /// Memory the tokenizer holds, in bytes (vocabulary tables, special names, the shared
+    /// Unicode class table): the "tokenizer" line of the memory plan (ENGINE.md §4). About
+    /// 6.3 MB for the released files.
+    pub fn memory_bytes(&self) -> usize {
+        self.vocab.heap_bytes()
+            + (0..NUM_SPECIAL)
+                .filter_map(|i| self.special.name(self.special.base() + i))
+                .map(|n| n.len() + 24)
+                .sum::<usize>()
+            + unicode::Classes::get().heap_bytes()
+    }
+
     /// The BPE vocabulary.
     pub fn vocab(&self) -> &Vocab {
         &self.vocab

@@ -325,6 +325,14 @@ impl Vocab {
         self.len() == 0
     }
 
+    /// Heap bytes held (token arena, offsets, hash table, pair table), for the memory plan.
+    pub fn heap_bytes(&self) -> usize {
+        self.bytes.capacity()
+            + self.offsets.capacity() * 4
+            + self.slots.capacity() * std::mem::size_of::<Slot>()
+            + self.pairs.capacity() * 4
+    }
+
     /// Length in bytes of the longest token.
     pub fn max_token_len(&self) -> usize {
         self.max_len

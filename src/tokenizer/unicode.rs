@@ -116,6 +116,11 @@ impl Classes {
         self.ascii[(b & 0x7F) as usize]
     }
 
+    /// Heap bytes of the table.
+    pub fn heap_bytes(&self) -> usize {
+        self.index.capacity() * 2 + self.blocks.capacity() * 256
+    }
+
     /// Number of distinct 256-code-point blocks (table size diagnostics).
     pub fn distinct_blocks(&self) -> usize {
         self.blocks.len()
