@@ -325,7 +325,10 @@ fn project_sources_round_trip_and_match() {
             "{}",
             f.display()
         );
-        assert_eq!(ids, reference_encode(&text, false), "{}", f.display());
+        // The reference applies no run cut: compare only files without a run over 25,000.
+        if longest_run(&text) <= 25_000 {
+            assert_eq!(ids, reference_encode(&text, false), "{}", f.display());
+        }
     }
 }
 
