@@ -207,12 +207,18 @@ impl Object {
 /// A JSON value.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub enum Value {
+    /// `null`.
     #[default]
     Null,
+    /// `true` / `false`.
     Bool(bool),
+    /// A number, kept as its lexeme.
     Number(Number),
+    /// A decoded string.
     String(String),
+    /// An array.
     Array(Vec<Value>),
+    /// An object (member order kept, names unique).
     Object(Object),
 }
 
@@ -401,11 +407,17 @@ pub fn parse_with_max_depth(input: &[u8], max_depth: usize) -> JResult<Value> {
 /// The kind of the next value, as seen by [`Scanner::peek`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// `null`.
     Null,
+    /// `true` or `false`.
     Bool,
+    /// A number.
     Number,
+    /// A string.
     String,
+    /// `[`.
     Array,
+    /// `{`.
     Object,
 }
 
@@ -441,6 +453,8 @@ pub struct Scanner<'a> {
     max_depth: usize,
     /// One entry per open array/object: true while no member/element has been read yet.
     first: Vec<bool>,
+    /// Offset of the opening quote of the key last returned by `next_key`.
+    key_at: usize,
 }
 
 impl<'a> Scanner<'a> {
@@ -459,12 +473,19 @@ impl<'a> Scanner<'a> {
             pos: 0,
             max_depth,
             first: Vec::new(),
+            key_at: 0,
         })
     }
 
     /// Current byte offset in the input.
     pub fn offset(&self) -> usize {
         self.pos
+    }
+
+    /// Byte offset of the opening quote of the member name last returned by
+    /// [`next_key`](Scanner::next_key) (for messages about that member).
+    pub fn key_offset(&self) -> usize {
+        self.key_at
     }
 
     fn err<T>(&self, at: usize, expected: impl Into<String>) -> JResult<T> {
@@ -785,6 +806,7 @@ impl<'a> Scanner<'a> {
                 return self.err(self.pos, format!("{what}, found {}", self.describe_here()));
             }
         }
+        self.key_at = self.pos;
         let key = self.string()?;
         self.skip_ws();
         if self.src.get(self.pos) != Some(&b':') {
@@ -881,18 +903,8 @@ impl<'a> Scanner<'a> {
                 let mut members: Vec<(String, Value)> = Vec::new();
                 // Small objects: linear scan; large ones: a set of names.
                 let mut seen: Option<HashSet<String>> = None;
-                loop {
-                    self.skip_ws();
-                    let key_at = self.pos;
-                    let key = match self.next_key()? {
-                        Some(k) => k,
-                        None => break,
-                    };
-                    let key_at = if self.src.get(key_at) == Some(&b',') {
-                        key_at + 1 + count_ws(&self.src[key_at + 1..])
-                    } else {
-                        key_at
-                    };
+                while let Some(key) = self.next_key()? {
+                    let key_at = self.key_at;
                     let dup = match &mut seen {
                         Some(set) => !set.insert(key.to_string()),
                         None => {
@@ -931,12 +943,6 @@ impl<'a> Scanner<'a> {
         }
         Ok(())
     }
-}
-
-fn count_ws(b: &[u8]) -> usize {
-    b.iter()
-        .take_while(|&&c| matches!(c, b' ' | b'\t' | b'\n' | b'\r'))
-        .count()
 }
 
 // ---------------------------------------------------------------------------------------------

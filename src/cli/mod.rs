@@ -5,6 +5,7 @@ use crate::error::{Error, Result};
 use std::ffi::OsString;
 
 pub mod args;
+pub mod inspect;
 pub mod tokenize;
 
 const USAGE: &str = "\
@@ -45,6 +46,7 @@ fn dispatch(args: Vec<OsString>) -> Result<()> {
             print!("{USAGE}");
             Ok(())
         }
+        "inspect" => inspect::run(&args[1..]),
         "tokenize" => tokenize::run_tokenize(&args[1..]),
         "detokenize" => tokenize::run_detokenize(&args[1..]),
         "--version" | "-V" => {

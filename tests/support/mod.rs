@@ -49,3 +49,60 @@ pub fn scratch_dir(name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).expect("create scratch dir");
     dir
 }
+
+/// Bytes per element of a safetensors dtype name (test helper; 1 for unknown names so that
+/// deliberately bad dtypes still produce a file).
+pub fn dtype_size(dtype: &str) -> u64 {
+    match dtype {
+        "BF16" | "F16" | "I16" | "U16" => 2,
+        "F32" | "I32" | "U32" => 4,
+        "F64" | "I64" | "U64" => 8,
+        _ => 1,
+    }
+}
+
+/// A well-formed safetensors file: tensors laid out in the given order, back to back, each
+/// filled with the byte `index + 1`, header padded with spaces to a multiple of 8.
+pub fn safetensors_file(tensors: &[(&str, &str, &[u64])]) -> Vec<u8> {
+    let mut header = String::from("{\"__metadata__\":{\"format\":\"pt\"}");
+    let mut data: Vec<u8> = Vec::new();
+    for (i, (name, dtype, shape)) in tensors.iter().enumerate() {
+        let n: u64 = shape.iter().product::<u64>() * dtype_size(dtype);
+        let begin = data.len() as u64;
+        data.extend(std::iter::repeat_n((i + 1) as u8, n as usize));
+        let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+        header.push_str(&format!(
+            ",\"{name}\":{{\"dtype\":\"{dtype}\",\"shape\":[{}],\"data_offsets\":[{begin},{}]}}",
+            dims.join(","),
+            begin + n
+        ));
+    }
+    header.push('}');
+    raw_safetensors(&header, &data)
+}
+
+/// A safetensors file from a literal header (padded with spaces to a multiple of 8) and data.
+pub fn raw_safetensors(header: &str, data: &[u8]) -> Vec<u8> {
+    let mut h = header.as_bytes().to_vec();
+    while h.len() % 8 != 0 {
+        h.push(b' ');
+    }
+    let mut out = (h.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&h);
+    out.extend_from_slice(data);
+    out
+}
+
+/// Copies a fixture checkpoint (config, shards, index file) into a fresh scratch directory.
+pub fn copy_checkpoint(fixture_name: &str, scratch: &str) -> PathBuf {
+    let src = fixture(fixture_name);
+    let dst = scratch_dir(scratch);
+    for ent in std::fs::read_dir(&src).unwrap() {
+        let ent = ent.unwrap();
+        let name = ent.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".safetensors") || name.ends_with(".json") && name != "expected.json" {
+            std::fs::copy(ent.path(), dst.join(&name)).unwrap();
+        }
+    }
+    dst
+}
