@@ -134,6 +134,13 @@ fn directory_and_config_errors_name_the_file() {
     assert_eq!(t.special_id("[BOS]"), Some(259));
     assert_eq!(t.special().name(260), Some("<|reserved_token_260|>"));
 
+    // Chat mode needs [EOS] <|end_of_msg|> <|open|> <|close|> <|sep|> at N+1 … N+5.
+    let e = t.check_chat_specials().unwrap_err();
+    assert!(
+        e.message.contains("260") && e.message.contains("[EOS]"),
+        "{e}"
+    );
+
     let d = write_dir("no_cfg", Some(vocab.as_bytes()), None);
     assert!(load_err(&d).contains("tokenizer_config.json: tokenizer file not found"));
     let d = write_dir("no_vocab", None, Some(good_cfg));
@@ -260,6 +267,9 @@ fn released_special_block() {
     let open = t.encode("<|open|>", false);
     assert!(open.len() > 1 && !open.contains(&163_587), "{open:?}");
     assert!(t.check_vocab_size(163_840).is_ok());
+    assert!(t.check_chat_specials().is_ok());
+    let mem = t.memory_bytes();
+    assert!((4_000_000..12_000_000).contains(&mem), "{mem}");
     let e = t.check_vocab_size(163_841).unwrap_err();
     assert!(
         e.message.contains("163840") && e.message.contains("163841"),
@@ -395,4 +405,85 @@ fn round_trip_through_the_commands() {
     assert_eq!(rc, 0);
     let (rc, back, _) = k3(&["detokenize", "--tok", d, "--ids", ids.trim()]);
     assert_eq!((rc, back.as_str()), (0, text));
+}
+
+fn args(v: &[&str]) -> k3::cli::args::Args {
+    let argv: Vec<std::ffi::OsString> = v.iter().map(Into::into).collect();
+    k3::cli::args::Args::parse(&argv, &k3::cli::tokenize::PROMPT_SPECS).unwrap()
+}
+
+/// The run command's prompt helpers: exactly one prompt source, text needs a tokenizer, an
+/// empty prompt and ids outside the vocabulary are exit 2, files are read verbatim.
+#[test]
+fn run_prompt_helpers() {
+    use k3::cli::tokenize::{load_tokenizer, prompt_ids, tokenizer_dir};
+    let t = tok();
+    let d = fixture_dir();
+    assert_eq!(
+        prompt_ids(&args(&["--prompt", "The capital of France is"]), Some(t)).unwrap(),
+        vec![1008, 10484, 318, 15383, 387]
+    );
+    // Special-token names in a prompt are plain text.
+    assert!(!prompt_ids(&args(&["--prompt", "[EOS]"]), Some(t))
+        .unwrap()
+        .contains(&163_585));
+    assert_eq!(
+        prompt_ids(&args(&["--ids", "1,2"]), None).unwrap(),
+        vec![1, 2]
+    );
+    let f = Path::new(env!("CARGO_TARGET_TMPDIR")).join("prompt_file.txt");
+    std::fs::write(&f, "Hello world").unwrap();
+    let fs = f.to_str().unwrap();
+    assert_eq!(
+        prompt_ids(&args(&["--prompt-file", fs]), Some(t)).unwrap(),
+        vec![19180, 2695]
+    );
+    let cases: &[(&[&str], bool, &str)] = &[
+        (&["--prompt", ""], true, "empty"),
+        (&[], true, "no prompt"),
+        (&["--prompt", "a", "--ids", "1"], true, "only one"),
+        (&["--prompt", "a"], false, "needs a tokenizer"),
+        (&["--ids", "163840"], true, "out of range"),
+        (&["--ids", ""], true, "no ids"),
+    ];
+    for (argv, with_tok, want) in cases {
+        let e = prompt_ids(&args(argv), with_tok.then_some(t)).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.message.contains(want), "{argv:?}: {e}");
+    }
+    std::fs::write(&f, b"").unwrap();
+    let e = prompt_ids(&args(&["--prompt-file", fs]), Some(t)).unwrap_err();
+    assert!(
+        e.message.contains("prompt_file.txt") && e.message.contains("empty"),
+        "{e}"
+    );
+    std::fs::write(&f, b"a\xFFb").unwrap();
+    let e = prompt_ids(&args(&["--prompt-file", fs]), Some(t)).unwrap_err();
+    assert!(
+        e.message.contains("prompt_file.txt") && e.message.contains("byte offset 1"),
+        "{e}"
+    );
+
+    // --tok wins; else the model directory when it holds a tokenizer file; else none.
+    let empty = write_dir("run_empty", None, None);
+    assert_eq!(tokenizer_dir(None, &d), Some(d.clone()));
+    assert_eq!(tokenizer_dir(None, &empty), None);
+    assert_eq!(tokenizer_dir(Some(&d), &empty), Some(d.clone()));
+    assert!(load_tokenizer(&args(&[]), &empty).unwrap().is_none());
+    assert!(load_tokenizer(&args(&[]), &d).unwrap().is_some());
+    let half = write_dir("run_half", Some(b"QQ== 0"), None);
+    let e = load_tokenizer(&args(&[]), &half).err().unwrap();
+    assert!(
+        e.message
+            .contains("tokenizer_config.json: tokenizer file not found"),
+        "{e}"
+    );
+    let e = load_tokenizer(&args(&["--tok", empty.to_str().unwrap()]), &d)
+        .err()
+        .unwrap();
+    assert!(
+        e.message
+            .contains("tiktoken.model: tokenizer file not found"),
+        "{e}"
+    );
 }

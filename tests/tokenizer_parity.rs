@@ -126,3 +126,44 @@ fn tiny_k3_text_prompt_ids() {
     let prompt = e["prompt_text"].as_str().unwrap();
     assert_eq!(tok().encode(prompt, false), ids(&e["prompt_ids"]));
 }
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// The text side of the tiny-k3-text end-to-end fixture: the recorded greedy ids decode to the
+/// recorded bytes and text, per token and streamed (the run command prints the same).
+#[test]
+fn tiny_k3_text_generated_text() {
+    let text = std::fs::read(fixtures().join("tiny-k3-text/expected.json")).unwrap();
+    let e: serde_json::Value = serde_json::from_slice(&text).unwrap();
+    let greedy = ids(&e["greedy_ids"]);
+    let t = tok();
+    assert_eq!(
+        t.decode(&greedy).unwrap(),
+        unhex(e["generated_bytes_hex"].as_str().unwrap())
+    );
+    for (id, hex) in greedy
+        .iter()
+        .zip(e["generated_token_bytes_hex"].as_array().unwrap())
+    {
+        assert_eq!(t.token_bytes(*id).unwrap(), unhex(hex.as_str().unwrap()));
+    }
+    let lossy = e["generated_text_lossy"].as_str().unwrap();
+    assert_eq!(t.decode_lossy(&greedy).unwrap(), lossy);
+    let mut out = Vec::new();
+    let mut p = k3::cli::tokenize::TextPrinter::new(t, &mut out);
+    for &id in &greedy {
+        p.push(id).unwrap();
+    }
+    p.finish().unwrap();
+    assert_eq!(String::from_utf8(out).unwrap(), lossy);
+    let full = ids(&e["full_ids"]);
+    assert_eq!(
+        t.decode(&full).unwrap(),
+        unhex(e["full_bytes_hex"].as_str().unwrap())
+    );
+}

@@ -19,10 +19,12 @@ const NONE: u32 = u32::MAX;
 #[derive(Default)]
 pub struct Scratch {
     parts: Vec<(u32, u32)>,
-    heap: BinaryHeap<Reverse<(u32, u32)>>,
+    /// Candidate merges `rank << 32 | start`, smallest first (rank, then leftmost).
+    heap: BinaryHeap<Reverse<u64>>,
     next: Vec<u32>,
     prev: Vec<u32>,
     rank: Vec<u32>,
+    part: Vec<u32>,
 }
 
 /// Appends the ranks of `piece` (non-empty UTF-8 bytes of one pre-token) to `out` (§8).
@@ -92,18 +94,21 @@ fn merge_small(vocab: &Vocab, piece: &[u8], scratch: &mut Scratch, out: &mut Vec
 }
 
 /// Heap merge over a doubly linked list of parts. Part `i` starts at byte `i` and ends at
-/// `next[i]`; `rank[i]` is the rank of part i ++ its successor (NONE if none). Heap entries
-/// `(rank, start)` order by rank then leftmost start; stale entries (whose rank no longer
-/// matches `rank[start]`, or whose start was absorbed) are skipped.
+/// `next[i]`; `part[i]` is its own rank, `rank[i]` the rank of part i ++ its successor (NONE
+/// if none). Heap entries `(rank, start)` order by rank then leftmost start; stale entries
+/// (whose rank no longer matches `rank[start]`, or whose start was absorbed) are skipped.
 fn merge_large(vocab: &Vocab, piece: &[u8], s: &mut Scratch, out: &mut Vec<u32>) {
     let n = piece.len();
     s.next.clear();
     s.prev.clear();
     s.rank.clear();
+    s.part.clear();
     s.heap.clear();
+    let entry = |r: u32, i: u32| Reverse(((r as u64) << 32) | i as u64);
     for i in 0..n {
         s.next.push(i as u32 + 1);
         s.prev.push(if i == 0 { NONE } else { i as u32 - 1 });
+        s.part.push(vocab.single(piece[i]));
         let r = if i + 1 < n {
             pair_rank(vocab, piece, i)
         } else {
@@ -111,11 +116,12 @@ fn merge_large(vocab: &Vocab, piece: &[u8], s: &mut Scratch, out: &mut Vec<u32>)
         };
         s.rank.push(r);
         if r != NONE {
-            s.heap.push(Reverse((r, i as u32)));
+            s.heap.push(entry(r, i as u32));
         }
     }
     const DEAD: u32 = NONE - 1;
-    while let Some(Reverse((r, i))) = s.heap.pop() {
+    while let Some(Reverse(e)) = s.heap.pop() {
+        let (r, i) = ((e >> 32) as u32, e as u32);
         let iu = i as usize;
         if s.rank[iu] != r || s.next[iu] == DEAD {
             continue; // stale
@@ -124,6 +130,7 @@ fn merge_large(vocab: &Vocab, piece: &[u8], s: &mut Scratch, out: &mut Vec<u32>)
         let j = s.next[iu] as usize;
         let after = s.next[j] as usize; // end of the merged part
         s.next[iu] = after as u32;
+        s.part[iu] = r;
         s.next[j] = DEAD;
         s.rank[j] = NONE;
         if after < n {
@@ -131,7 +138,7 @@ fn merge_large(vocab: &Vocab, piece: &[u8], s: &mut Scratch, out: &mut Vec<u32>)
             let r2 = rank_of(vocab, piece, iu, s.next[after] as usize);
             s.rank[iu] = r2;
             if r2 != NONE {
-                s.heap.push(Reverse((r2, i)));
+                s.heap.push(entry(r2, i));
             }
         } else {
             s.rank[iu] = NONE;
@@ -142,15 +149,14 @@ fn merge_large(vocab: &Vocab, piece: &[u8], s: &mut Scratch, out: &mut Vec<u32>)
             let r3 = rank_of(vocab, piece, pu, after);
             s.rank[pu] = r3;
             if r3 != NONE {
-                s.heap.push(Reverse((r3, p)));
+                s.heap.push(entry(r3, p));
             }
         }
     }
     let mut i = 0;
     while i < n {
-        let e = s.next[i] as usize;
-        out.push(vocab.rank(&piece[i..e]).unwrap_or(NONE));
-        i = e;
+        out.push(s.part[i]);
+        i = s.next[i] as usize;
     }
 }
 

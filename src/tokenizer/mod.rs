@@ -36,6 +36,12 @@ pub const CONFIG_FILE: &str = "tokenizer_config.json";
 pub const EOS: &str = "[EOS]";
 /// Name of the end-of-message special token (§11).
 pub const END_OF_MSG: &str = "<|end_of_msg|>";
+/// XTML control tokens of the chat template (§10).
+pub const OPEN: &str = "<|open|>";
+/// See [`OPEN`].
+pub const CLOSE: &str = "<|close|>";
+/// See [`OPEN`].
+pub const SEP: &str = "<|sep|>";
 
 /// A loaded tokenizer: N BPE ranks (ids 0 … N−1) and 256 special ids (N … N+255).
 pub struct Tokenizer {
@@ -107,6 +113,18 @@ impl Tokenizer {
         Ok(())
     }
 
+    /// Memory the tokenizer holds, in bytes (vocabulary tables, special names, the shared
+    /// Unicode class table): the "tokenizer" line of the memory plan (ENGINE.md §4). About
+    /// 6.3 MB for the released files.
+    pub fn memory_bytes(&self) -> usize {
+        self.vocab.heap_bytes()
+            + (0..NUM_SPECIAL)
+                .filter_map(|i| self.special.name(self.special.base() + i))
+                .map(|n| n.len() + 24)
+                .sum::<usize>()
+            + unicode::Classes::get().heap_bytes()
+    }
+
     /// The BPE vocabulary.
     pub fn vocab(&self) -> &Vocab {
         &self.vocab
@@ -128,6 +146,23 @@ impl Tokenizer {
             .iter()
             .filter_map(|n| self.special_id(n))
             .collect()
+    }
+
+    /// Checks §3's chat-mode requirement: ids N+1 … N+5 are named `[EOS]`, `<|end_of_msg|>`,
+    /// `<|open|>`, `<|close|>`, `<|sep|>` (163,585 … 163,589 in the release). Error (exit 2)
+    /// naming the first id that differs and both names.
+    pub fn check_chat_specials(&self) -> Result<()> {
+        let base = self.special.base();
+        for (k, want) in [EOS, END_OF_MSG, OPEN, CLOSE, SEP].iter().enumerate() {
+            let id = base + 1 + k as u32;
+            let got = self.special.name(id).unwrap_or("");
+            if got != *want {
+                return Err(Error::invalid(format!(
+                    "{CONFIG_FILE}: chat mode needs special id {id} to be `{want}`, found `{got}`"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Encodes `text` into ids (§4). With `allow_special`, special-token names in the text

@@ -78,6 +78,10 @@ impl Matcher<'_> {
     /// (class flags, code point, position after) of the character at `i` (< len).
     #[inline(always)]
     fn at(&self, i: usize) -> (u8, u32, usize) {
+        let b0 = self.b[i];
+        if b0 < 0x80 {
+            return (self.c.ascii(b0), b0 as u32, i + 1);
+        }
         let (cp, l) = decode_at(self.b, i);
         (self.c.flags(cp), cp, i + l)
     }

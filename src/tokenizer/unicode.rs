@@ -52,6 +52,8 @@ pub fn lookup_ranges(cp: u32) -> u8 {
 pub struct Classes {
     index: Vec<u16>,
     blocks: Vec<[u8; 256]>,
+    /// Flags of U+0000–U+007F (the common case, one load).
+    ascii: [u8; 128],
 }
 
 const NUM_BLOCKS: usize = 0x110000 >> 8;
@@ -84,7 +86,13 @@ impl Classes {
             });
             index.push(id);
         }
-        Classes { index, blocks }
+        let mut ascii = [0u8; 128];
+        ascii.copy_from_slice(&blocks[index[0] as usize][..128]);
+        Classes {
+            index,
+            blocks,
+            ascii,
+        }
     }
 
     /// The table, built on first use (about a millisecond) and shared.
@@ -100,6 +108,17 @@ impl Classes {
             Some(&b) => self.blocks[b as usize][(cp & 0xFF) as usize],
             None => 0,
         }
+    }
+
+    /// The class flags of an ASCII byte (`b < 0x80`).
+    #[inline(always)]
+    pub fn ascii(&self, b: u8) -> u8 {
+        self.ascii[(b & 0x7F) as usize]
+    }
+
+    /// Heap bytes of the table.
+    pub fn heap_bytes(&self) -> usize {
+        self.index.capacity() * 2 + self.blocks.capacity() * 256
     }
 
     /// Number of distinct 256-code-point blocks (table size diagnostics).

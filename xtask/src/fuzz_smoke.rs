@@ -12,7 +12,13 @@ use std::process::Command;
 use std::time::Instant;
 
 /// Every target in fuzz/Cargo.toml.
-pub const TARGETS: [&str; 4] = ["json", "config", "safetensors_header", "cli_args"];
+pub const TARGETS: [&str; 5] = [
+    "json",
+    "config",
+    "safetensors_header",
+    "cli_args",
+    "tokenizer",
+];
 
 const DEFAULT_SECONDS: u64 = 30;
 

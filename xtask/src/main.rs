@@ -9,17 +9,11 @@ fn main() {
     let code = match args.first().map(String::as_str) {
         Some("fuzz-smoke") => fuzz_smoke::run(&args[1..]),
         Some("synth") => synth::main(&args[1..]),
-        Some("unicode-tables") => match unicode_tables::run(&args[1..]) {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("xtask: {e}");
-                1
-            }
-        },
+        Some("unicode-tables") => unicode_tables::run(&args[1..]),
         _ => {
-            eprintln!(
-                "usage: cargo xtask fuzz-smoke [--seconds N] [--target NAME]...\n       cargo xtask synth <dir> [options] (see --help)\n       cargo xtask unicode-tables --ucd DIR [--out PATH]"
-            );
+            eprintln!("usage: cargo xtask fuzz-smoke [--seconds N] [--target NAME]...");
+            eprintln!("       cargo xtask synth <dir> [options] (see --help)");
+            eprintln!("       cargo xtask unicode-tables --ucd DIR [--out PATH | --check]");
             2
         }
     };

