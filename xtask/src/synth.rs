@@ -251,17 +251,22 @@ fn run(cli: &Cli) -> Result<(), (i32, String)> {
     let secs = t0.elapsed().as_secs_f64();
     printer.finish();
     eprintln!(
-        "synth: wrote {} ({:.2} GB in {} shards) in {:.1} s: {:.0} MB/s ({} generator threads{})",
+        "synth: wrote {} ({:.2} GB in {} shards) in {:.1} s: {:.0} MB/s ({} generator threads{}{})",
         cli.dir.display(),
         gb(summary.bytes),
         summary.plan.shards.len(),
         secs,
         summary.bytes as f64 / 1e6 / summary.seconds,
         cli.threads,
-        if cli.sync {
-            ", O_DIRECT, fdatasync per shard"
+        if BUFFERED.load(std::sync::atomic::Ordering::Relaxed) {
+            ", buffered: O_DIRECT refused by the file system"
         } else {
             ", O_DIRECT"
+        },
+        if cli.sync {
+            ", fdatasync per shard"
+        } else {
+            ""
         }
     );
     Ok(())
@@ -348,11 +353,13 @@ fn statvfs_free(_: &Path) -> Option<u64> {
 }
 
 /// Opens a shard for writing with `O_DIRECT` (Linux), so tens of GB bypass the page cache
-/// and the generator writes at device speed; falls back to a buffered file where the file
-/// system refuses direct I/O (e.g. tmpfs).
+/// and the generator writes at device speed. Some file systems refuse `O_DIRECT` at open
+/// (tmpfs) and some only at the first write, so one aligned 4096-byte write probes it; on
+/// any refusal the file is opened buffered instead.
 fn open_direct(path: &Path) -> io::Result<File> {
     #[cfg(target_os = "linux")]
     {
+        use std::io::{Seek, SeekFrom, Write};
         use std::os::unix::fs::OpenOptionsExt;
         let direct = std::fs::OpenOptions::new()
             .write(true)
@@ -360,9 +367,22 @@ fn open_direct(path: &Path) -> io::Result<File> {
             .truncate(true)
             .custom_flags(libc::O_DIRECT)
             .open(path);
-        if let Ok(f) = direct {
-            return Ok(f);
+        if let Ok(mut f) = direct {
+            let mut mem = vec![0u8; 2 * 4096];
+            let off = (4096 - mem.as_ptr() as usize % 4096) % 4096;
+            let probe = f
+                .write_all(&mem[off..off + 4096])
+                .and_then(|()| f.seek(SeekFrom::Start(0)).map(drop))
+                .and_then(|()| f.set_len(0));
+            mem.clear();
+            if probe.is_ok() {
+                return Ok(f);
+            }
         }
     }
+    BUFFERED.store(true, std::sync::atomic::Ordering::Relaxed);
     File::create(path)
 }
+
+/// Set when a shard had to be written buffered (O_DIRECT refused), for the summary line.
+static BUFFERED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
