@@ -1,11 +1,83 @@
-//! `cargo xtask <task>`: developer tasks (gates, fuzz-smoke, synth, bench, table generation).
+//! `cargo xtask <task> [args]`: developer tasks (gates, fuzz-smoke, synth, bench, table
+//! generation). This file is only the dispatcher: each task lives in its own module and is one
+//! line of [`TASKS`]; add a task by adding a `mod` line and a row.
 
-fn main() {
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+mod gates;
+
+/// How a task failed; decides the exit code.
+#[derive(Debug)]
+pub enum Failure {
+    /// Bad arguments (exit 2); the message says which argument and what was expected.
+    Usage(String),
+    /// The task ran and found a problem, or could not run (exit 1).
+    Failed(String),
+}
+
+/// A task's entry point: the arguments after the task name.
+pub type TaskFn = fn(&[String]) -> Result<(), Failure>;
+
+/// Every task: name, one-line summary, entry point.
+const TASKS: &[(&str, &str, TaskFn)] = &[(
+    "gates",
+    "run the tests on every ISA path (scalar, AVX2, NEON under qemu) and compare kernel outputs",
+    gates::main,
+)];
+
+/// The workspace root (xtask/ is one level below it).
+pub fn workspace_root() -> PathBuf {
+    let xtask = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    xtask
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| xtask.clone())
+}
+
+fn usage() -> String {
+    let mut s =
+        String::from("usage: cargo xtask <task> [args]   (cargo xtask <task> --help)\ntasks:\n");
+    for (name, summary, _) in TASKS {
+        s.push_str(&format!("  {name:<16} {summary}\n"));
+    }
+    s
+}
+
+fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        _ => {
-            eprintln!("usage: cargo xtask <task> (no tasks yet)");
-            std::process::exit(2);
+    let Some(name) = args.first() else {
+        eprint!("{}", usage());
+        return ExitCode::from(2);
+    };
+    match name.as_str() {
+        "--help" | "-h" | "help" => {
+            print!("{}", usage());
+            return ExitCode::SUCCESS;
+        }
+        // One task name per line, for scripts (.ci/run) that enable steps by presence.
+        "--list" => {
+            for (name, _, _) in TASKS {
+                println!("{name}");
+            }
+            return ExitCode::SUCCESS;
+        }
+        _ => {}
+    }
+    let Some((_, _, run)) = TASKS.iter().find(|(n, _, _)| n == name) else {
+        eprintln!("xtask: unknown task `{name}`");
+        eprint!("{}", usage());
+        return ExitCode::from(2);
+    };
+    match run(&args[1..]) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(msg)) => {
+            eprintln!("xtask {name}: {msg}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Failed(msg)) => {
+            eprintln!("xtask {name}: FAILED: {msg}");
+            ExitCode::from(1)
         }
     }
 }
