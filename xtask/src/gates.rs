@@ -574,7 +574,11 @@ fn suite_command(root: &Path, plan: &PathPlan) -> Command {
             for p in EMULATED_PACKAGES {
                 cmd.args(["-p", p]);
             }
-            cmd.env("K3_TEST_RUNNER", QEMU);
+            // Bounded too: a hung child would outlive its killed test binary.
+            cmd.env(
+                "K3_TEST_RUNNER",
+                format!("timeout --kill-after=10 {} {QEMU}", qemu_timeout_secs()),
+            );
         }
     }
     cmd
