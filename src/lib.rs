@@ -5,8 +5,15 @@
 //! the numeric kernels live in the `k3-kernels` crate and know nothing of files;
 //! the model composes kernels; streaming supplies bytes to the model; `cli` composes all.
 
+pub mod catalogue;
+pub mod census;
+pub mod checkpoint;
 pub mod cli;
+pub mod config;
 pub mod error;
+pub mod fnv;
+pub mod json;
+pub mod safetensors;
 
 pub use error::{Error, ErrorKind, Result};
 

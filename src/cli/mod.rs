@@ -5,6 +5,7 @@ use crate::error::{Error, Result};
 use std::ffi::OsString;
 
 pub mod args;
+pub mod inspect;
 
 const USAGE: &str = "\
 usage:
@@ -44,6 +45,7 @@ fn dispatch(args: Vec<OsString>) -> Result<()> {
             print!("{USAGE}");
             Ok(())
         }
+        "inspect" => inspect::run(&args[1..]),
         "--version" | "-V" => {
             println!("k3 {} ({})", crate::VERSION, crate::GIT_COMMIT);
             Ok(())

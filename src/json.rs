@@ -1,0 +1,1037 @@
+//! JSON (RFC 8259): our own scanner, a DOM, and a small writer.
+//!
+//! Three layers, one grammar:
+//! * [`Scanner`], a pull parser over a UTF-8 byte slice: the caller asks for the next key,
+//!   element, string or number. Strings without escapes are borrowed from the input, numbers
+//!   are returned as their raw lexeme. The safetensors and index readers use it directly so
+//!   that a 40 MB header with 497,220 tensors never becomes a DOM.
+//! * [`Value`], a DOM built by [`parse`]: objects keep member order, numbers keep their raw
+//!   lexeme (so the config reader can tell `4` from `4.0` and read a u64 exactly), and a
+//!   duplicate member name is an error.
+//! * A writer ([`Value::to_json`], [`Value::to_json_pretty`], [`write_string`]) with correct
+//!   escaping, f64 written shortest-round-trip and non-finite numbers written as `null`.
+//!
+//! Errors are [`JsonError`] with the byte offset in the input and what was expected; callers
+//! turn them into [`crate::Error::invalid`] naming the file (see [`JsonError::into_error`]).
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::fmt;
+
+/// Default nesting limit (arrays and objects) for [`parse`] and [`Scanner::new`]. Deeper input is
+/// refused instead of recursing without bound.
+pub const DEFAULT_MAX_DEPTH: usize = 128;
+
+/// A JSON syntax error: the byte offset in the input and what the scanner expected there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonError {
+    /// Zero-based byte offset in the scanned input.
+    pub offset: usize,
+    /// What was expected (or what is wrong) at that offset, e.g. `',' or '}' after an object member`.
+    pub expected: String,
+}
+
+impl JsonError {
+    /// A new error at `offset`.
+    pub fn new(offset: usize, expected: impl Into<String>) -> Self {
+        JsonError {
+            offset,
+            expected: expected.into(),
+        }
+    }
+
+    /// Converts to an engine error (exit 2) whose message names `file` and the byte offset,
+    /// shifted by `base` (the file offset where the JSON text starts; 8 for a safetensors header).
+    pub fn into_error(self, file: impl fmt::Display, base: u64) -> crate::Error {
+        crate::Error::invalid(format!(
+            "{file}: invalid JSON at byte {}: {}",
+            base + self.offset as u64,
+            self.expected
+        ))
+    }
+}
+
+impl fmt::Display for JsonError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "byte {}: {}", self.offset, self.expected)
+    }
+}
+
+impl std::error::Error for JsonError {}
+
+type JResult<T> = std::result::Result<T, JsonError>;
+
+// ---------------------------------------------------------------------------------------------
+// DOM
+// ---------------------------------------------------------------------------------------------
+
+/// A JSON number kept as its raw lexeme (RFC 8259 §6 grammar, already validated).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Number(String);
+
+impl Number {
+    /// The number exactly as written in the input (or as produced by the constructors).
+    pub fn lexeme(&self) -> &str {
+        &self.0
+    }
+
+    /// True when the lexeme has neither a fraction nor an exponent (MODEL.md §2.3 *int*).
+    pub fn is_integer(&self) -> bool {
+        lexeme_is_integer(&self.0)
+    }
+
+    /// The value as u64 when the lexeme is an integer without a sign that fits in u64.
+    pub fn as_u64(&self) -> Option<u64> {
+        lexeme_as_u64(&self.0)
+    }
+
+    /// The value as i64 when the lexeme is an integer that fits in i64 (`-0` is 0).
+    pub fn as_i64(&self) -> Option<i64> {
+        if !self.is_integer() {
+            return None;
+        }
+        self.0.parse::<i64>().ok()
+    }
+
+    /// The value as the nearest f64 (correctly rounded). May be infinite for a huge exponent
+    /// (`1e400`); callers that need finiteness check it.
+    pub fn as_f64(&self) -> f64 {
+        // A validated JSON number lexeme is always accepted by Rust's float parser.
+        self.0.parse::<f64>().unwrap_or(f64::NAN)
+    }
+
+    /// A number from an unsigned integer.
+    pub fn from_u64(v: u64) -> Number {
+        Number(v.to_string())
+    }
+
+    /// A number from a signed integer.
+    pub fn from_i64(v: i64) -> Number {
+        Number(v.to_string())
+    }
+
+    /// A number from a finite f64, written shortest-round-trip (`0.1`, `1e-20`, `4.0`).
+    /// Returns `None` for NaN and infinities, which JSON cannot represent.
+    pub fn from_f64(v: f64) -> Option<Number> {
+        if v.is_finite() {
+            // `{:?}` is Rust's shortest representation that round-trips; it always contains a
+            // '.' or an exponent and never uses a form JSON rejects for finite values.
+            Some(Number(format!("{v:?}")))
+        } else {
+            None
+        }
+    }
+}
+
+/// True when a validated number lexeme has no fraction and no exponent.
+pub fn lexeme_is_integer(lexeme: &str) -> bool {
+    !lexeme.bytes().any(|b| matches!(b, b'.' | b'e' | b'E'))
+}
+
+/// A validated number lexeme as u64: only for integers without a sign that fit in u64.
+pub fn lexeme_as_u64(lexeme: &str) -> Option<u64> {
+    let b = lexeme.as_bytes();
+    if b.is_empty() || !b.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &d in b {
+        v = v.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+    }
+    Some(v)
+}
+
+/// An object: members in input order, names unique.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Object {
+    members: Vec<(String, Value)>,
+}
+
+impl Object {
+    /// An empty object.
+    pub fn new() -> Object {
+        Object::default()
+    }
+
+    /// The value of member `key`, if present.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.members.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    /// Mutable access to member `key`, if present.
+    pub fn get_mut(&mut self, key: &str) -> Option<&mut Value> {
+        self.members
+            .iter_mut()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v)
+    }
+
+    /// Removes member `key`, returning its value.
+    pub fn remove(&mut self, key: &str) -> Option<Value> {
+        let i = self.members.iter().position(|(k, _)| k == key)?;
+        Some(self.members.remove(i).1)
+    }
+
+    /// Sets member `key` (replacing an existing member in place, else appending).
+    pub fn insert(&mut self, key: impl Into<String>, value: impl Into<Value>) {
+        let key = key.into();
+        let value = value.into();
+        match self.members.iter_mut().find(|(k, _)| *k == key) {
+            Some(slot) => slot.1 = value,
+            None => self.members.push((key, value)),
+        }
+    }
+
+    /// Builder form of [`Object::insert`].
+    pub fn with(mut self, key: impl Into<String>, value: impl Into<Value>) -> Object {
+        self.insert(key, value);
+        self
+    }
+
+    /// Members in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
+        self.members.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// Number of members.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// True when the object has no members.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+}
+
+/// A JSON value.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Value {
+    #[default]
+    Null,
+    Bool(bool),
+    Number(Number),
+    String(String),
+    Array(Vec<Value>),
+    Object(Object),
+}
+
+impl Value {
+    /// The JSON type name used in error messages (`null`, `bool`, `number`, `string`, `array`, `object`).
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::Null => "null",
+            Value::Bool(_) => "bool",
+            Value::Number(_) => "number",
+            Value::String(_) => "string",
+            Value::Array(_) => "array",
+            Value::Object(_) => "object",
+        }
+    }
+
+    /// The object, if this is one.
+    pub fn as_object(&self) -> Option<&Object> {
+        match self {
+            Value::Object(o) => Some(o),
+            _ => None,
+        }
+    }
+
+    /// The object, mutably, if this is one.
+    pub fn as_object_mut(&mut self) -> Option<&mut Object> {
+        match self {
+            Value::Object(o) => Some(o),
+            _ => None,
+        }
+    }
+
+    /// Member `key` of an object, mutably.
+    pub fn get_mut(&mut self, key: &str) -> Option<&mut Value> {
+        self.as_object_mut().and_then(|o| o.get_mut(key))
+    }
+
+    /// The array, if this is one.
+    pub fn as_array(&self) -> Option<&[Value]> {
+        match self {
+            Value::Array(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// The string, if this is one.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The number, if this is one.
+    pub fn as_number(&self) -> Option<&Number> {
+        match self {
+            Value::Number(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// The bool, if this is one (`true`/`false` only; 0/1 are numbers).
+    pub fn as_bool(&self) -> Option<bool> {
+        match self {
+            Value::Bool(b) => Some(*b),
+            _ => None,
+        }
+    }
+
+    /// Member `key` of an object (None for non-objects or a missing member).
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.as_object().and_then(|o| o.get(key))
+    }
+
+    /// True for `null`.
+    pub fn is_null(&self) -> bool {
+        matches!(self, Value::Null)
+    }
+
+    /// A number value from an f64; NaN and infinities become `null` (FORMATS.md §10 writer rule).
+    pub fn from_f64(v: f64) -> Value {
+        match Number::from_f64(v) {
+            Some(n) => Value::Number(n),
+            None => Value::Null,
+        }
+    }
+
+    /// Compact JSON text.
+    pub fn to_json(&self) -> String {
+        let mut out = String::new();
+        write_value(&mut out, self, None, 0);
+        out
+    }
+
+    /// Indented JSON text (two spaces per level), ending without a newline.
+    pub fn to_json_pretty(&self) -> String {
+        let mut out = String::new();
+        write_value(&mut out, self, Some(2), 0);
+        out
+    }
+}
+
+impl From<bool> for Value {
+    fn from(v: bool) -> Value {
+        Value::Bool(v)
+    }
+}
+impl From<u64> for Value {
+    fn from(v: u64) -> Value {
+        Value::Number(Number::from_u64(v))
+    }
+}
+impl From<u32> for Value {
+    fn from(v: u32) -> Value {
+        Value::Number(Number::from_u64(u64::from(v)))
+    }
+}
+impl From<usize> for Value {
+    fn from(v: usize) -> Value {
+        Value::Number(Number::from_u64(v as u64))
+    }
+}
+impl From<i64> for Value {
+    fn from(v: i64) -> Value {
+        Value::Number(Number::from_i64(v))
+    }
+}
+impl From<f64> for Value {
+    fn from(v: f64) -> Value {
+        Value::from_f64(v)
+    }
+}
+impl From<&str> for Value {
+    fn from(v: &str) -> Value {
+        Value::String(v.to_string())
+    }
+}
+impl From<String> for Value {
+    fn from(v: String) -> Value {
+        Value::String(v)
+    }
+}
+impl From<Object> for Value {
+    fn from(v: Object) -> Value {
+        Value::Object(v)
+    }
+}
+impl<T: Into<Value>> From<Vec<T>> for Value {
+    fn from(v: Vec<T>) -> Value {
+        Value::Array(v.into_iter().map(Into::into).collect())
+    }
+}
+impl<T: Into<Value>> From<Option<T>> for Value {
+    fn from(v: Option<T>) -> Value {
+        v.map_or(Value::Null, Into::into)
+    }
+}
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_json())
+    }
+}
+
+/// Parses a complete JSON text (one value, surrounded only by whitespace) into a DOM, with the
+/// nesting limit [`DEFAULT_MAX_DEPTH`].
+///
+/// Errors: invalid UTF-8, any RFC 8259 violation, a lone surrogate escape, nesting deeper than
+/// the limit, a duplicate member name, or anything but whitespace after the value.
+pub fn parse(input: &[u8]) -> JResult<Value> {
+    parse_with_max_depth(input, DEFAULT_MAX_DEPTH)
+}
+
+/// [`parse`] with an explicit nesting limit (arrays and objects count one level each).
+pub fn parse_with_max_depth(input: &[u8], max_depth: usize) -> JResult<Value> {
+    let mut s = Scanner::with_max_depth(input, max_depth)?;
+    let v = s.value()?;
+    s.finish()?;
+    Ok(v)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pull scanner
+// ---------------------------------------------------------------------------------------------
+
+/// The kind of the next value, as seen by [`Scanner::peek`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Null,
+    Bool,
+    Number,
+    String,
+    Array,
+    Object,
+}
+
+impl Kind {
+    /// The JSON type name (`null`, `bool`, `number`, `string`, `array`, `object`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Null => "null",
+            Kind::Bool => "bool",
+            Kind::Number => "number",
+            Kind::String => "string",
+            Kind::Array => "array",
+            Kind::Object => "object",
+        }
+    }
+}
+
+/// A pull parser over one JSON text.
+///
+/// Protocol: read one value with [`peek`](Scanner::peek) plus the matching reader
+/// ([`string`](Scanner::string), [`number`](Scanner::number), [`bool`](Scanner::bool),
+/// [`null`](Scanner::null), [`begin_object`](Scanner::begin_object) /
+/// [`next_key`](Scanner::next_key), [`begin_array`](Scanner::begin_array) /
+/// [`next_element`](Scanner::next_element), [`skip_value`](Scanner::skip_value),
+/// [`value`](Scanner::value)); after the top-level value call [`finish`](Scanner::finish).
+/// After `next_key` returns a key, exactly one value must be read before the next call.
+///
+/// The pull API does **not** detect duplicate member names (it keeps no member sets); callers
+/// that stream objects must check uniqueness themselves. [`Scanner::value`] and [`parse`] do.
+pub struct Scanner<'a> {
+    src: &'a [u8],
+    pos: usize,
+    max_depth: usize,
+    /// One entry per open array/object: true while no member/element has been read yet.
+    first: Vec<bool>,
+    /// Offset of the opening quote of the key last returned by `next_key`.
+    key_at: usize,
+}
+
+impl<'a> Scanner<'a> {
+    /// A scanner over `input` with the default nesting limit. Errors if `input` is not UTF-8.
+    pub fn new(input: &'a [u8]) -> JResult<Scanner<'a>> {
+        Self::with_max_depth(input, DEFAULT_MAX_DEPTH)
+    }
+
+    /// A scanner with an explicit nesting limit. Errors if `input` is not UTF-8.
+    pub fn with_max_depth(input: &'a [u8], max_depth: usize) -> JResult<Scanner<'a>> {
+        if let Err(e) = std::str::from_utf8(input) {
+            return Err(JsonError::new(e.valid_up_to(), "valid UTF-8"));
+        }
+        Ok(Scanner {
+            src: input,
+            pos: 0,
+            max_depth,
+            first: Vec::new(),
+            key_at: 0,
+        })
+    }
+
+    /// Current byte offset in the input.
+    pub fn offset(&self) -> usize {
+        self.pos
+    }
+
+    /// Byte offset of the opening quote of the member name last returned by
+    /// [`next_key`](Scanner::next_key) (for messages about that member).
+    pub fn key_offset(&self) -> usize {
+        self.key_at
+    }
+
+    fn err<T>(&self, at: usize, expected: impl Into<String>) -> JResult<T> {
+        Err(JsonError::new(at, expected))
+    }
+
+    fn skip_ws(&mut self) {
+        while let Some(&b) = self.src.get(self.pos) {
+            if matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
+                self.pos += 1;
+            } else {
+                break;
+            }
+        }
+    }
+
+    fn describe_here(&self) -> String {
+        match self.src.get(self.pos) {
+            None => "end of input".to_string(),
+            Some(&b) if b.is_ascii_graphic() => format!("'{}'", b as char),
+            Some(&b) => format!("byte 0x{b:02x}"),
+        }
+    }
+
+    /// The kind of the next value (skipping whitespace). Errors at end of input or on a byte
+    /// that cannot start a value.
+    pub fn peek(&mut self) -> JResult<Kind> {
+        self.skip_ws();
+        match self.src.get(self.pos) {
+            Some(b'n') => Ok(Kind::Null),
+            Some(b't' | b'f') => Ok(Kind::Bool),
+            Some(b'-' | b'0'..=b'9') => Ok(Kind::Number),
+            Some(b'"') => Ok(Kind::String),
+            Some(b'[') => Ok(Kind::Array),
+            Some(b'{') => Ok(Kind::Object),
+            _ => self.err(
+                self.pos,
+                format!("a JSON value, found {}", self.describe_here()),
+            ),
+        }
+    }
+
+    fn expect_kind(&mut self, want: Kind) -> JResult<()> {
+        let at = self.pos;
+        let k = self.peek()?;
+        if k != want {
+            let at = at.max(self.pos);
+            return self.err(at, format!("{}, found {}", want.name(), k.name()));
+        }
+        Ok(())
+    }
+
+    fn literal(&mut self, word: &'static str) -> JResult<()> {
+        let end = self.pos + word.len();
+        if self.src.get(self.pos..end) == Some(word.as_bytes()) {
+            self.pos = end;
+            Ok(())
+        } else {
+            self.err(self.pos, format!("`{word}`"))
+        }
+    }
+
+    /// Reads `null`.
+    pub fn null(&mut self) -> JResult<()> {
+        self.expect_kind(Kind::Null)?;
+        self.literal("null")
+    }
+
+    /// Reads `true` or `false`.
+    pub fn bool(&mut self) -> JResult<bool> {
+        self.expect_kind(Kind::Bool)?;
+        if self.src[self.pos] == b't' {
+            self.literal("true").map(|_| true)
+        } else {
+            self.literal("false").map(|_| false)
+        }
+    }
+
+    /// Reads a number and returns its raw lexeme (validated against the RFC 8259 grammar:
+    /// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`).
+    pub fn number(&mut self) -> JResult<&'a str> {
+        self.expect_kind(Kind::Number)?;
+        let start = self.pos;
+        let s = self.src;
+        let mut i = self.pos;
+        if s.get(i) == Some(&b'-') {
+            i += 1;
+        }
+        match s.get(i) {
+            Some(b'0') => i += 1,
+            Some(b'1'..=b'9') => {
+                while matches!(s.get(i), Some(b'0'..=b'9')) {
+                    i += 1;
+                }
+            }
+            _ => return self.err(i, "a digit"),
+        }
+        if s.get(i) == Some(&b'.') {
+            i += 1;
+            if !matches!(s.get(i), Some(b'0'..=b'9')) {
+                return self.err(i, "a digit after the decimal point");
+            }
+            while matches!(s.get(i), Some(b'0'..=b'9')) {
+                i += 1;
+            }
+        }
+        if matches!(s.get(i), Some(b'e' | b'E')) {
+            i += 1;
+            if matches!(s.get(i), Some(b'+' | b'-')) {
+                i += 1;
+            }
+            if !matches!(s.get(i), Some(b'0'..=b'9')) {
+                return self.err(i, "a digit in the exponent");
+            }
+            while matches!(s.get(i), Some(b'0'..=b'9')) {
+                i += 1;
+            }
+        }
+        self.pos = i;
+        // The input was validated as UTF-8 and the lexeme is ASCII.
+        Ok(std::str::from_utf8(&s[start..i]).unwrap_or_default())
+    }
+
+    /// Reads a string and returns its decoded value: borrowed from the input when it has no
+    /// escapes, owned otherwise. Errors: unescaped control characters (U+0000..U+001F), an
+    /// unknown escape, bad `\u` hex digits, a lone or reversed surrogate, end of input.
+    pub fn string(&mut self) -> JResult<Cow<'a, str>> {
+        self.expect_kind(Kind::String)?;
+        let open = self.pos;
+        self.pos += 1;
+        let start = self.pos;
+        // Fast path: find the first quote or backslash; the run before it must be free of
+        // control characters.
+        let rest = &self.src[start..];
+        let hit = memchr::memchr2(b'"', b'\\', rest);
+        let run_end = hit.map_or(self.src.len(), |h| start + h);
+        if let Some(c) = self.src[start..run_end].iter().position(|&b| b < 0x20) {
+            return self.err(
+                start + c,
+                "no unescaped control character (U+0000..U+001F) in a string",
+            );
+        }
+        match hit {
+            None => self.err(open, "a closing '\"' for the string starting here"),
+            Some(h) if rest[h] == b'"' => {
+                self.pos = start + h + 1;
+                Ok(Cow::Borrowed(self.str_slice(start, start + h)))
+            }
+            Some(h) => {
+                let mut out = String::with_capacity(h + 16);
+                out.push_str(self.str_slice(start, start + h));
+                self.pos = start + h;
+                self.string_slow(open, &mut out)?;
+                Ok(Cow::Owned(out))
+            }
+        }
+    }
+
+    fn str_slice(&self, a: usize, b: usize) -> &'a str {
+        // Boundaries are ASCII bytes ('"', '\\') of validated UTF-8, hence char boundaries.
+        std::str::from_utf8(&self.src[a..b]).unwrap_or_default()
+    }
+
+    /// Continues a string at an escape; `self.pos` is at a backslash or plain text.
+    fn string_slow(&mut self, open: usize, out: &mut String) -> JResult<()> {
+        loop {
+            let rest = &self.src[self.pos..];
+            let hit = match memchr::memchr2(b'"', b'\\', rest) {
+                Some(h) => h,
+                None => return self.err(open, "a closing '\"' for the string starting here"),
+            };
+            let run = &rest[..hit];
+            if let Some(c) = run.iter().position(|&b| b < 0x20) {
+                return self.err(
+                    self.pos + c,
+                    "no unescaped control character (U+0000..U+001F) in a string",
+                );
+            }
+            out.push_str(self.str_slice(self.pos, self.pos + hit));
+            self.pos += hit;
+            if self.src[self.pos] == b'"' {
+                self.pos += 1;
+                return Ok(());
+            }
+            // Backslash escape.
+            let esc_at = self.pos;
+            let c = match self.src.get(self.pos + 1) {
+                Some(&c) => c,
+                None => return self.err(self.pos + 1, "an escape character after '\\'"),
+            };
+            self.pos += 2;
+            match c {
+                b'"' => out.push('"'),
+                b'\\' => out.push('\\'),
+                b'/' => out.push('/'),
+                b'b' => out.push('\u{8}'),
+                b'f' => out.push('\u{c}'),
+                b'n' => out.push('\n'),
+                b'r' => out.push('\r'),
+                b't' => out.push('\t'),
+                b'u' => {
+                    let hi = self.hex4()?;
+                    let cp = if (0xD800..0xDC00).contains(&hi) {
+                        // A high surrogate must be followed by an escaped low surrogate.
+                        if self.src.get(self.pos) != Some(&b'\\')
+                            || self.src.get(self.pos + 1) != Some(&b'u')
+                        {
+                            return self.err(
+                                esc_at,
+                                "a low surrogate escape (\\uDC00..\\uDFFF) after this high surrogate",
+                            );
+                        }
+                        self.pos += 2;
+                        let lo_at = self.pos - 2;
+                        let lo = self.hex4()?;
+                        if !(0xDC00..0xE000).contains(&lo) {
+                            return self.err(
+                                lo_at,
+                                "a low surrogate escape (\\uDC00..\\uDFFF) after a high surrogate",
+                            );
+                        }
+                        0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)
+                    } else if (0xDC00..0xE000).contains(&hi) {
+                        return self.err(esc_at, "no lone low surrogate escape");
+                    } else {
+                        hi
+                    };
+                    match char::from_u32(cp) {
+                        Some(ch) => out.push(ch),
+                        None => return self.err(esc_at, "a valid Unicode scalar value"),
+                    }
+                }
+                _ => {
+                    return self.err(
+                        esc_at,
+                        "a valid escape (\\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX)",
+                    )
+                }
+            }
+        }
+    }
+
+    fn hex4(&mut self) -> JResult<u32> {
+        let mut v = 0u32;
+        for k in 0..4 {
+            let d = match self.src.get(self.pos + k) {
+                Some(&b) => match b {
+                    b'0'..=b'9' => b - b'0',
+                    b'a'..=b'f' => b - b'a' + 10,
+                    b'A'..=b'F' => b - b'A' + 10,
+                    _ => return self.err(self.pos + k, "four hex digits after \\u"),
+                },
+                None => return self.err(self.pos + k, "four hex digits after \\u"),
+            };
+            v = v * 16 + u32::from(d);
+        }
+        self.pos += 4;
+        Ok(v)
+    }
+
+    fn open(&mut self, what: u8) -> JResult<()> {
+        if self.first.len() >= self.max_depth {
+            return self.err(
+                self.pos,
+                format!(
+                    "nesting depth at most {} (arrays and objects)",
+                    self.max_depth
+                ),
+            );
+        }
+        debug_assert_eq!(self.src[self.pos], what);
+        self.pos += 1;
+        self.first.push(true);
+        Ok(())
+    }
+
+    /// Enters an object (consumes `{`). Then call [`next_key`](Scanner::next_key) until it
+    /// returns `None`.
+    pub fn begin_object(&mut self) -> JResult<()> {
+        self.expect_kind(Kind::Object)?;
+        self.open(b'{')
+    }
+
+    /// The next member name of the current object (consuming `,` and `:`), or `None` after
+    /// the closing `}`.
+    pub fn next_key(&mut self) -> JResult<Option<Cow<'a, str>>> {
+        self.skip_ws();
+        let first = match self.first.last_mut() {
+            Some(f) => std::mem::replace(f, false),
+            None => return self.err(self.pos, "an open object (scanner misuse)"),
+        };
+        match self.src.get(self.pos) {
+            Some(b'}') => {
+                self.pos += 1;
+                self.first.pop();
+                return Ok(None);
+            }
+            Some(b',') if !first => {
+                self.pos += 1;
+                self.skip_ws();
+                if self.src.get(self.pos) != Some(&b'"') {
+                    return self.err(
+                        self.pos,
+                        format!(
+                            "a member name string after ',', found {}",
+                            self.describe_here()
+                        ),
+                    );
+                }
+            }
+            Some(b'"') if first => {}
+            _ => {
+                let what = if first {
+                    "a member name string or '}'"
+                } else {
+                    "',' or '}' after an object member"
+                };
+                return self.err(self.pos, format!("{what}, found {}", self.describe_here()));
+            }
+        }
+        self.key_at = self.pos;
+        let key = self.string()?;
+        self.skip_ws();
+        if self.src.get(self.pos) != Some(&b':') {
+            return self.err(
+                self.pos,
+                format!("':' after member name, found {}", self.describe_here()),
+            );
+        }
+        self.pos += 1;
+        Ok(Some(key))
+    }
+
+    /// Enters an array (consumes `[`). Then call [`next_element`](Scanner::next_element)
+    /// until it returns false.
+    pub fn begin_array(&mut self) -> JResult<()> {
+        self.expect_kind(Kind::Array)?;
+        self.open(b'[')
+    }
+
+    /// True if another element follows (consuming a `,`), false after the closing `]`.
+    pub fn next_element(&mut self) -> JResult<bool> {
+        self.skip_ws();
+        let first = match self.first.last_mut() {
+            Some(f) => std::mem::replace(f, false),
+            None => return self.err(self.pos, "an open array (scanner misuse)"),
+        };
+        match self.src.get(self.pos) {
+            Some(b']') => {
+                self.pos += 1;
+                self.first.pop();
+                Ok(false)
+            }
+            Some(b',') if !first => {
+                self.pos += 1;
+                self.skip_ws();
+                if self.src.get(self.pos) == Some(&b']') {
+                    return self.err(self.pos, "an array element after ',', found ']'");
+                }
+                Ok(true)
+            }
+            Some(_) if first => Ok(true),
+            _ => self.err(
+                self.pos,
+                format!(
+                    "',' or ']' after an array element, found {}",
+                    self.describe_here()
+                ),
+            ),
+        }
+    }
+
+    /// Skips the next value entirely (validating it).
+    pub fn skip_value(&mut self) -> JResult<()> {
+        match self.peek()? {
+            Kind::Null => self.null(),
+            Kind::Bool => self.bool().map(|_| ()),
+            Kind::Number => self.number().map(|_| ()),
+            Kind::String => self.string().map(|_| ()),
+            Kind::Array => {
+                self.begin_array()?;
+                while self.next_element()? {
+                    self.skip_value()?;
+                }
+                Ok(())
+            }
+            Kind::Object => {
+                self.begin_object()?;
+                while self.next_key()?.is_some() {
+                    self.skip_value()?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Reads the next value as a DOM. A duplicate member name in any object is an error at
+    /// the offset of the second occurrence.
+    pub fn value(&mut self) -> JResult<Value> {
+        match self.peek()? {
+            Kind::Null => self.null().map(|_| Value::Null),
+            Kind::Bool => self.bool().map(Value::Bool),
+            Kind::Number => self.number().map(|n| Value::Number(Number(n.to_string()))),
+            Kind::String => self.string().map(|s| Value::String(s.into_owned())),
+            Kind::Array => {
+                self.begin_array()?;
+                let mut items = Vec::new();
+                while self.next_element()? {
+                    items.push(self.value()?);
+                }
+                Ok(Value::Array(items))
+            }
+            Kind::Object => {
+                self.begin_object()?;
+                let mut members: Vec<(String, Value)> = Vec::new();
+                // Small objects: linear scan; large ones: a set of names.
+                let mut seen: Option<HashSet<String>> = None;
+                while let Some(key) = self.next_key()? {
+                    let key_at = self.key_at;
+                    let dup = match &mut seen {
+                        Some(set) => !set.insert(key.to_string()),
+                        None => {
+                            let d = members.iter().any(|(k, _)| *k == key);
+                            if members.len() >= 16 {
+                                let mut set: HashSet<String> =
+                                    members.iter().map(|(k, _)| k.clone()).collect();
+                                set.insert(key.to_string());
+                                seen = Some(set);
+                            }
+                            d
+                        }
+                    };
+                    if dup {
+                        return self.err(key_at, format!("no duplicate member name \"{key}\""));
+                    }
+                    let v = self.value()?;
+                    members.push((key.into_owned(), v));
+                }
+                Ok(Value::Object(Object { members }))
+            }
+        }
+    }
+
+    /// Ends the scan: only whitespace may follow the top-level value.
+    pub fn finish(&mut self) -> JResult<()> {
+        self.skip_ws();
+        if self.pos != self.src.len() {
+            return self.err(
+                self.pos,
+                format!(
+                    "end of input after the top-level value, found {}",
+                    self.describe_here()
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writer
+// ---------------------------------------------------------------------------------------------
+
+/// Appends `s` as a JSON string literal: quotes, `\"`, `\\`, the short escapes for
+/// backspace/form feed/newline/carriage return/tab, `\u00XX` for the other control characters.
+pub fn write_string(out: &mut String, s: &str) {
+    out.push('"');
+    let mut start = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let esc: Option<&str> = match b {
+            b'"' => Some("\\\""),
+            b'\\' => Some("\\\\"),
+            b'\n' => Some("\\n"),
+            b'\r' => Some("\\r"),
+            b'\t' => Some("\\t"),
+            0x08 => Some("\\b"),
+            0x0c => Some("\\f"),
+            0..=0x1f => None,
+            _ => continue,
+        };
+        out.push_str(&s[start..i]);
+        match esc {
+            Some(e) => out.push_str(e),
+            None => out.push_str(&format!("\\u{b:04x}")),
+        }
+        start = i + 1;
+    }
+    out.push_str(&s[start..]);
+    out.push('"');
+}
+
+/// Appends an f64 as JSON: shortest round-trip form, `null` for NaN and infinities.
+pub fn write_f64(out: &mut String, v: f64) {
+    match Number::from_f64(v) {
+        Some(n) => out.push_str(n.lexeme()),
+        None => out.push_str("null"),
+    }
+}
+
+fn newline(out: &mut String, indent: Option<usize>, level: usize) {
+    if let Some(w) = indent {
+        out.push('\n');
+        for _ in 0..w * level {
+            out.push(' ');
+        }
+    }
+}
+
+fn write_value(out: &mut String, v: &Value, indent: Option<usize>, level: usize) {
+    match v {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => out.push_str(n.lexeme()),
+        Value::String(s) => write_string(out, s),
+        Value::Array(items) => {
+            if items.is_empty() {
+                out.push_str("[]");
+                return;
+            }
+            // Arrays of scalars stay on one line even when pretty-printing.
+            let flat = items
+                .iter()
+                .all(|x| !matches!(x, Value::Array(_) | Value::Object(_)));
+            let ind = if flat { None } else { indent };
+            out.push('[');
+            for (i, x) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                    if flat && indent.is_some() {
+                        out.push(' ');
+                    }
+                }
+                newline(out, ind, level + 1);
+                write_value(out, x, indent, level + 1);
+            }
+            newline(out, ind, level);
+            out.push(']');
+        }
+        Value::Object(o) => {
+            if o.is_empty() {
+                out.push_str("{}");
+                return;
+            }
+            out.push('{');
+            for (i, (k, x)) in o.members.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                newline(out, indent, level + 1);
+                write_string(out, k);
+                out.push(':');
+                if indent.is_some() {
+                    out.push(' ');
+                }
+                write_value(out, x, indent, level + 1);
+            }
+            newline(out, indent, level);
+            out.push('}');
+        }
+    }
+}
