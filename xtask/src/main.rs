@@ -14,12 +14,32 @@ pub enum Failure {
     Usage(String),
     /// The task ran and found a problem, or could not run (exit 1).
     Failed(String),
+    /// The task already reported its failure and chose this exit code.
+    Exit(u8),
+}
+
+/// Lets a task written as `fn run(&[String]) -> Result<(), String>` be a row:
+/// `|a| Ok(module::run(a)?)`.
+impl From<String> for Failure {
+    fn from(message: String) -> Failure {
+        Failure::Failed(message)
+    }
+}
+
+/// Lets a task written as `fn main(&[String]) -> i32` (its exit code) be a row:
+/// `|a| exit_code(module::main(a))`.
+pub fn exit_code(code: i32) -> Result<(), Failure> {
+    match code {
+        0 => Ok(()),
+        c => Err(Failure::Exit(u8::try_from(c).unwrap_or(1).max(1))),
+    }
 }
 
 /// A task's entry point: the arguments after the task name.
 pub type TaskFn = fn(&[String]) -> Result<(), Failure>;
 
-/// Every task: name, one-line summary, entry point.
+/// Every task: name, one-line summary, entry point. Add a task with a `mod` line above and a
+/// row here.
 const TASKS: &[(&str, &str, TaskFn)] = &[(
     "gates",
     "run the tests on every ISA path (scalar, AVX2, NEON under qemu) and compare kernel outputs",
@@ -79,5 +99,6 @@ fn main() -> ExitCode {
             eprintln!("xtask {name}: FAILED: {msg}");
             ExitCode::from(1)
         }
+        Err(Failure::Exit(code)) => ExitCode::from(code),
     }
 }
