@@ -38,10 +38,13 @@ const BATTERY_THREADS: [usize; 3] = [1, 2, 3];
 /// The battery test the gates read outputs from, relative to the workspace root.
 const BATTERY_TEST: &str = "kernels/tests/gate_battery.rs";
 
-/// Packages tested under emulation. Kept small for CI's 90 minutes: the kernels (with the
-/// battery) and the engine's own tests (the model on tiny-k3, tests that run the `k3` binary
-/// through `K3_TEST_RUNNER`). Natively the whole workspace runs.
-const EMULATED_PACKAGES: &[&str] = &["k3-kernels", "k3"];
+/// What runs under emulation, kept small for CI's 90 minutes (compiling for aarch64 and running
+/// under qemu are both slow): every test of the kernels crate (with the battery), the engine's
+/// unit tests, and the engine's integration tests whose file name (tests/<name>.rs) starts with
+/// one of these prefixes: the model on tiny-k3 and the run command, which execute the `k3`
+/// binary through `K3_TEST_RUNNER`. Parsers, tokenizer and I/O tests do not touch the kernels
+/// and run natively only.
+const EMULATED_K3_TEST_PREFIXES: &[&str] = &["model_", "run_"];
 
 /// The cross target of the NEON path on a non-aarch64 machine.
 const CROSS_TRIPLE: &str = "aarch64-unknown-linux-gnu";
@@ -272,15 +275,16 @@ pub fn main(args: &[String]) -> Result<(), Failure> {
     for plan in &plans {
         let gate_out = opts.out.join("battery").join(plan.label());
         mkdir(&gate_out)?;
-        let mut cmd = suite_command(&opts.root, plan);
-        cmd.env("K3_ISA", plan.isa.name())
-            .env("K3_GATE_OUT", &gate_out);
-        let step = format!("tests [{}]", plan.label());
-        let t = Instant::now();
-        let ok = run_step(&step, &mut cmd);
-        timings.push((step.clone(), t.elapsed()));
-        if !ok {
-            failures.push(format!("{step}: the test suite failed (output above)"));
+        for (what, mut cmd) in suite_commands(&opts.root, plan) {
+            cmd.env("K3_ISA", plan.isa.name())
+                .env("K3_GATE_OUT", &gate_out);
+            let step = format!("tests [{}] {what}", plan.label());
+            let t = Instant::now();
+            let ok = run_step(&step, &mut cmd);
+            timings.push((step.clone(), t.elapsed()));
+            if !ok {
+                failures.push(format!("{step}: the test suite failed (output above)"));
+            }
         }
     }
 
@@ -319,10 +323,10 @@ pub fn main(args: &[String]) -> Result<(), Failure> {
 
     println!("gates: timings:");
     for (step, d) in &timings {
-        println!("  {step:<28} {:>8.1} s", d.as_secs_f64());
+        println!("  {step:<60} {:>8.1} s", d.as_secs_f64());
     }
     println!(
-        "  {:<28} {:>8.1} s",
+        "  {:<60} {:>8.1} s",
         "total",
         started.elapsed().as_secs_f64()
     );
@@ -542,6 +546,9 @@ fn cargo_command(root: &Path, runner: Runner, sub: &str) -> Command {
         // RUSTFLAGS would override the per-target flags below and drop +crt-static.
         cmd.env_remove("RUSTFLAGS")
             .env_remove("CARGO_ENCODED_RUSTFLAGS")
+            // No debuginfo: it dominates compile and link time of the aarch64 test binaries.
+            .env("CARGO_PROFILE_TEST_DEBUG", "false")
+            .env("CARGO_PROFILE_DEV_DEBUG", "false")
             .env("RUSTC", CROSS_RUSTC)
             .env("RUSTDOC", CROSS_RUSTDOC)
             .env(
@@ -562,26 +569,63 @@ fn cargo_command(root: &Path, runner: Runner, sub: &str) -> Command {
     cmd
 }
 
-/// The test suite of one path: the whole workspace natively; [`EMULATED_PACKAGES`] under qemu,
-/// where tests that execute the `k3` binary run it through qemu too (`K3_TEST_RUNNER`).
-fn suite_command(root: &Path, plan: &PathPlan) -> Command {
-    let mut cmd = cargo_command(root, plan.runner, "test");
+/// The test suite of one path, as cargo commands: the whole workspace natively; under qemu the
+/// kernels crate and the engine's tests selected by [`EMULATED_K3_TEST_PREFIXES`], where tests
+/// that execute the `k3` binary run it through qemu too (`K3_TEST_RUNNER`).
+fn suite_commands(root: &Path, plan: &PathPlan) -> Vec<(String, Command)> {
+    let mut cmds = Vec::new();
     match plan.runner {
         Runner::Native => {
-            cmd.arg("--workspace");
+            let mut cmd = cargo_command(root, plan.runner, "test");
+            cmd.args(["--workspace", "--no-fail-fast"]);
+            cmds.push(("workspace".to_string(), cmd));
         }
         Runner::Qemu => {
-            for p in EMULATED_PACKAGES {
-                cmd.args(["-p", p]);
+            let mut kernels = cargo_command(root, plan.runner, "test");
+            kernels.args(["-p", "k3-kernels", "--no-fail-fast"]);
+            cmds.push(("k3-kernels".to_string(), kernels));
+            let mut k3 = cargo_command(root, plan.runner, "test");
+            k3.args(["-p", "k3", "--no-fail-fast", "--lib"]);
+            let tests = emulated_k3_tests(root);
+            for t in &tests {
+                k3.args(["--test", t]);
             }
-            // Bounded too: a hung child would outlive its killed test binary.
-            cmd.env(
-                "K3_TEST_RUNNER",
-                format!("timeout --kill-after=10 {} {QEMU}", qemu_timeout_secs()),
-            );
+            cmds.push((format!("k3: lib {}", tests.join(" ")), k3));
+            for (_, cmd) in &mut cmds {
+                // Bounded too: a hung child would outlive its killed test binary.
+                cmd.env(
+                    "K3_TEST_RUNNER",
+                    format!("timeout --kill-after=10 {} {QEMU}", qemu_timeout_secs()),
+                );
+            }
         }
     }
-    cmd
+    cmds
+}
+
+/// The engine's integration tests (tests/<name>.rs or tests/<name>/main.rs) that run under
+/// emulation, sorted.
+fn emulated_k3_tests(root: &Path) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(root.join("tests")) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = dir
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let p = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if p.is_file() {
+                name.strip_suffix(".rs").map(str::to_string)
+            } else if p.join("main.rs").is_file() {
+                Some(name)
+            } else {
+                None
+            }
+        })
+        .filter(|n| EMULATED_K3_TEST_PREFIXES.iter().any(|p| n.starts_with(p)))
+        .collect();
+    names.sort();
+    names
 }
 
 // ---------------------------------------------------------------------------------------------
