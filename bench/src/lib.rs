@@ -1,2 +1,4 @@
 //! Shared measurement code for k3's benchmarks. Every figure is reported against a limit
 //! measured in the same run (memory bandwidth, device read bandwidth), never as a bare time.
+
+pub mod membw;

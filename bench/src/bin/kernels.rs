@@ -1,0 +1,388 @@
+//! Kernel benchmarks: BF16 matrix-vector products at 7168 x 12288 and 12288 x 7168 (both
+//! larger than the last-level cache), MXFP4 expert products 3584 -> 3072 and 3072 -> 3584
+//! cycling through 16 experts (so the set exceeds the cache, like decode), and a BF16 prefill
+//! product over 16 positions, per ISA path and thread count. Each figure is weight bytes per
+//! second and its ratio to the memory bandwidth measured in the same run (a streaming read of
+//! a buffer 16x the last-level cache).
+//!
+//! ```text
+//! cargo run --release -p k3-bench --bin kernels [-- --reps N] [--quick] [--out FILE]
+//! ```
+//! Results go to `bench/results/kernels-<YYYYMMDD>.tsv` (or FILE) with the machine description
+//! and the command at the top.
+
+use k3_bench::membw::{self, MemBw};
+use k3_kernels::{isa, Isa, Kernels, Mxfp4};
+use std::fmt::Write as _;
+use std::time::Instant;
+
+struct Opts {
+    reps: usize,
+    quick: bool,
+    out: Option<String>,
+}
+
+fn parse_args() -> Result<Opts, String> {
+    let mut o = Opts {
+        reps: 7,
+        quick: false,
+        out: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--reps" => {
+                let v = it.next().ok_or("--reps: missing value")?;
+                o.reps = v
+                    .parse()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or(format!("--reps {v}: expected a positive integer"))?;
+            }
+            "--quick" => o.quick = true,
+            "--out" => o.out = Some(it.next().ok_or("--out: missing value")?),
+            "--help" | "-h" => {
+                return Err("usage: kernels [--reps N] [--quick] [--out FILE]".into());
+            }
+            _ => return Err(format!("{a}: unknown flag (see --help)")),
+        }
+    }
+    Ok(o)
+}
+
+/// SplitMix64 for the synthetic weights.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn unit(&mut self) -> f32 {
+        ((self.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+}
+
+fn bf16_matrix(rows: usize, cols: usize, seed: u64) -> Vec<u16> {
+    let mut r = Rng(seed);
+    (0..rows * cols)
+        .map(|_| ((r.unit() * 0.05).to_bits() >> 16) as u16)
+        .collect()
+}
+
+fn vector(n: usize, seed: u64) -> Vec<f32> {
+    let mut r = Rng(seed);
+    (0..n).map(|_| r.unit()).collect()
+}
+
+/// Times `f` (one untimed warm-up) and returns (best, median) seconds.
+fn time(reps: usize, mut f: impl FnMut()) -> (f64, f64) {
+    f();
+    let mut t: Vec<f64> = (0..reps)
+        .map(|_| {
+            let t0 = Instant::now();
+            f();
+            t0.elapsed().as_secs_f64()
+        })
+        .collect();
+    t.sort_by(|a, b| a.total_cmp(b));
+    (t[0], t[reps / 2])
+}
+
+struct Row {
+    op: String,
+    isa: Isa,
+    threads: usize,
+    rows: usize,
+    cols: usize,
+    t: usize,
+    bytes: usize,
+    best: f64,
+    median: f64,
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
+/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian.
+fn civil(days: i64) -> (i64, i64, i64) {
+    let z = days + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z.rem_euclid(146097);
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+fn main() {
+    let opts = match parse_args() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("kernels: {e}");
+            std::process::exit(2);
+        }
+    };
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let (yr, mon, day) = civil(secs.div_euclid(86400));
+    let out_path = opts.out.clone().unwrap_or_else(|| {
+        format!(
+            "{}/results/kernels-{yr:04}{mon:02}{day:02}.tsv",
+            env!("CARGO_MANIFEST_DIR")
+        )
+    });
+    let load_before = loadavg();
+    let llc = membw::llc_bytes().unwrap_or(32 << 20);
+    let paths: Vec<Isa> = if opts.quick {
+        vec![Isa::best()]
+    } else {
+        isa::available().to_vec()
+    };
+    let thread_counts: Vec<usize> = if opts.quick {
+        vec![1, 2]
+    } else {
+        vec![1, 2, 3]
+    };
+
+    // 1. Memory bandwidth (the limit), at every thread count used below.
+    eprintln!(
+        "memory bandwidth: streaming read of {} MB",
+        (16 * llc) >> 20
+    );
+    let buf = membw::buffer(16 * llc);
+    let mut bw: Vec<MemBw> = Vec::new();
+    for &t in &thread_counts {
+        let m = membw::measure(&buf, t, opts.reps);
+        eprintln!(
+            "  {t} threads: best {:.2} GB/s, median {:.2} GB/s",
+            m.best_bytes_per_s / 1e9,
+            m.median_bytes_per_s / 1e9
+        );
+        bw.push(m);
+    }
+    drop(buf);
+    let bw_max = bw.iter().map(|m| m.best_bytes_per_s).fold(0.0, f64::max);
+
+    let mut rows: Vec<Row> = Vec::new();
+    let mut report = |r: Row| {
+        let gbps = r.bytes as f64 / r.best / 1e9;
+        let same = bw.iter().find(|m| m.threads == r.threads).unwrap();
+        eprintln!(
+            "  {:<22} {:<6} t{}  best {:>8.3} ms  {:>6.2} GB/s  {:>5.1}% of membw(t{}) {:>5.1}% of max",
+            r.op,
+            r.isa.name(),
+            r.threads,
+            r.best * 1e3,
+            gbps,
+            100.0 * gbps * 1e9 / same.best_bytes_per_s,
+            r.threads,
+            100.0 * gbps * 1e9 / bw_max
+        );
+        rows.push(r);
+    };
+
+    // 2. BF16 matrix-vector products larger than the LLC.
+    for &(op, m, n) in &[
+        ("bf16_matvec", 7168usize, 12288usize),
+        ("bf16_matvec", 12288, 7168),
+    ] {
+        eprintln!("{op} {m} x {n} ({} MB)", (m * n * 2) >> 20);
+        let w = bf16_matrix(m, n, 1);
+        let x = vector(n, 2);
+        let mut y = vec![0.0f32; m];
+        for &isa in &paths {
+            for &t in &thread_counts {
+                let k = Kernels::new(isa, t).expect("available path");
+                let (best, median) = time(opts.reps, || k.matmul_bf16(&w, m, n, &x, &mut y));
+                report(Row {
+                    op: op.into(),
+                    isa,
+                    threads: t,
+                    rows: m,
+                    cols: n,
+                    t: 1,
+                    bytes: m * n * 2,
+                    best,
+                    median,
+                });
+            }
+        }
+    }
+
+    // 3. MXFP4 expert products, cycling through 16 experts per repetition (94 MB > LLC).
+    const EXPERTS: usize = 16;
+    for &(op, m, n) in &[
+        ("mxfp4_matvec_up", 3072usize, 3584usize),
+        ("mxfp4_matvec_down", 3584, 3072),
+    ] {
+        eprintln!("{op} {n} -> {m}, {EXPERTS} experts");
+        let mut r = Rng(3);
+        let packed: Vec<Vec<u8>> = (0..EXPERTS)
+            .map(|_| (0..m * n / 2).map(|_| r.next() as u8).collect())
+            .collect();
+        let scales: Vec<Vec<u8>> = (0..EXPERTS)
+            .map(|_| {
+                (0..m * n / 32)
+                    .map(|_| 115 + (r.next() % 13) as u8)
+                    .collect()
+            })
+            .collect();
+        let mats: Vec<Mxfp4> = (0..EXPERTS)
+            .map(|e| Mxfp4::new(&packed[e], &scales[e], m, n).expect("valid MXFP4"))
+            .collect();
+        let x = vector(n, 4);
+        let mut y = vec![0.0f32; m];
+        for &isa in &paths {
+            for &t in &thread_counts {
+                let k = Kernels::new(isa, t).expect("available path");
+                let (best, median) = time(opts.reps, || {
+                    for w in &mats {
+                        k.matmul_mxfp4(w, &x, &mut y);
+                    }
+                });
+                report(Row {
+                    op: op.into(),
+                    isa,
+                    threads: t,
+                    rows: m,
+                    cols: n,
+                    t: 1,
+                    bytes: EXPERTS * (m * n / 2 + m * n / 32),
+                    best,
+                    median,
+                });
+            }
+        }
+    }
+
+    // 4. Prefill: one BF16 matrix over 16 positions (each weight read once per chunk).
+    let (m, n, t_pos) = (12288usize, 7168usize, 16usize);
+    eprintln!("bf16_prefill {m} x {n}, T = {t_pos}");
+    let w = bf16_matrix(m, n, 5);
+    let x = vector(t_pos * n, 6);
+    let mut y = vec![0.0f32; t_pos * m];
+    for &isa in &paths {
+        for &t in &thread_counts {
+            let k = Kernels::new(isa, t).expect("available path");
+            let reps = if isa == Isa::Scalar {
+                2
+            } else {
+                opts.reps.min(3)
+            };
+            let (best, median) = time(reps, || k.matmul_bf16(&w, m, n, &x, &mut y));
+            report(Row {
+                op: "bf16_prefill".into(),
+                isa,
+                threads: t,
+                rows: m,
+                cols: n,
+                t: t_pos,
+                bytes: m * n * 2,
+                best,
+                median,
+            });
+        }
+    }
+
+    // 5. The result file.
+    let mut cmd = String::from("cargo run --release -p k3-bench --bin kernels --");
+    for a in std::env::args().skip(1) {
+        cmd.push(' ');
+        cmd.push_str(&a);
+    }
+    let mut s = String::new();
+    writeln!(s, "# k3 kernel benchmark: weight bytes per second vs memory bandwidth measured in the same run").unwrap();
+    writeln!(s, "# command: {cmd}").unwrap();
+    writeln!(s, "# date_utc: {yr:04}-{mon:02}-{day:02}").unwrap();
+    writeln!(
+        s,
+        "# cpu: {} ({}), {} CPUs, last-level cache {} bytes",
+        cpu_model(),
+        std::env::consts::ARCH,
+        k3_kernels::pool::default_threads(),
+        llc
+    )
+    .unwrap();
+    writeln!(s, "# loadavg before: {load_before}; after: {}", loadavg()).unwrap();
+    writeln!(
+        s,
+        "# membw: streaming read of {} bytes, best of {} repetitions after a warm-up",
+        16 * llc,
+        opts.reps
+    )
+    .unwrap();
+    writeln!(s, "# GB = 1e9 bytes; ratio = best GB/s / best membw at the same thread count; ratio_max = / best membw at any thread count").unwrap();
+    writeln!(s, "kind\top\tisa\tthreads\trows\tcols\tT\tbytes\tbest_s\tmedian_s\tbest_GBps\tmedian_GBps\tmacs_per_s\tmembw_GBps\tratio\tmembw_max_GBps\tratio_max").unwrap();
+    for m in &bw {
+        writeln!(
+            s,
+            "membw\tstream_read\t-\t{}\t-\t-\t-\t{}\t{:.6}\t{:.6}\t{:.3}\t{:.3}\t-\t{:.3}\t1.000\t{:.3}\t{:.3}",
+            m.threads,
+            m.bytes,
+            m.bytes as f64 / m.best_bytes_per_s,
+            m.bytes as f64 / m.median_bytes_per_s,
+            m.best_bytes_per_s / 1e9,
+            m.median_bytes_per_s / 1e9,
+            m.best_bytes_per_s / 1e9,
+            bw_max / 1e9,
+            m.best_bytes_per_s / bw_max
+        )
+        .unwrap();
+    }
+    for r in &rows {
+        let same = bw.iter().find(|m| m.threads == r.threads).unwrap();
+        let macs = (r.rows * r.cols * r.t) as f64
+            * if r.op.starts_with("mxfp4") {
+                EXPERTS as f64
+            } else {
+                1.0
+            };
+        writeln!(
+            s,
+            "kernel\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{:.6}\t{:.6}\t{:.3}\t{:.3}\t{:.4e}\t{:.3}\t{:.3}\t{:.3}\t{:.3}",
+            r.op,
+            r.isa.name(),
+            r.threads,
+            r.rows,
+            r.cols,
+            r.t,
+            r.bytes,
+            r.best,
+            r.median,
+            r.bytes as f64 / r.best / 1e9,
+            r.bytes as f64 / r.median / 1e9,
+            macs / r.best,
+            same.best_bytes_per_s / 1e9,
+            r.bytes as f64 / r.best / same.best_bytes_per_s,
+            bw_max / 1e9,
+            r.bytes as f64 / r.best / bw_max
+        )
+        .unwrap();
+    }
+    if let Err(e) = std::fs::write(&out_path, s) {
+        eprintln!("kernels: {out_path}: {e}");
+        std::process::exit(4);
+    }
+    eprintln!("wrote {out_path}");
+}

@@ -1,0 +1,253 @@
+//! The numerics contract of MODEL.md §5 as plain scalar Rust: `rnd`, exact BF16 widening,
+//! the 16-lane `dot` with its fixed reduction tree, `seqsum`, and the engine-owned
+//! transcendentals `exp64`, `tanh64`, `sig64`, `silu64`.
+//!
+//! These functions are the definition every SIMD path is tested against bit for bit. They use
+//! only IEEE +, −, ×, ÷, sqrt, comparisons and conversions; Rust never contracts `a * b + c`
+//! into a fused multiply-add, and nothing here calls a platform math library.
+
+/// `rnd`: f64 → f32 round-to-nearest-even, overflow to ±inf (MODEL.md §5.1).
+///
+/// Rust's `as` conversion is exactly this IEEE rounding (subnormal results are kept).
+#[inline(always)]
+pub fn rnd(x: f64) -> f32 {
+    x as f32
+}
+
+/// Exact BF16 → fp32 widening: the 16 bits become the high half of the fp32 pattern
+/// (MODEL.md §5.1). Subnormals, ±0, ±inf and NaN payloads are kept bit for bit.
+#[inline(always)]
+pub fn bf16_to_f32(b: u16) -> f32 {
+    f32::from_bits((b as u32) << 16)
+}
+
+/// Number of f64 accumulators of the canonical `dot` (MODEL.md §5.2).
+pub const DOT_LANES: usize = 16;
+
+/// The fixed reduction tree of MODEL.md §5.2 step 3:
+/// b_j = (acc\[j\] + acc\[j+4\]) + (acc\[j+8\] + acc\[j+12\]) for j = 0…3, then
+/// (b_0 + b_1) + (b_2 + b_3).
+#[inline(always)]
+pub fn reduce16(acc: &[f64; DOT_LANES]) -> f64 {
+    let b0 = (acc[0] + acc[4]) + (acc[8] + acc[12]);
+    let b1 = (acc[1] + acc[5]) + (acc[9] + acc[13]);
+    let b2 = (acc[2] + acc[6]) + (acc[10] + acc[14]);
+    let b3 = (acc[3] + acc[7]) + (acc[11] + acc[15]);
+    (b0 + b1) + (b2 + b3)
+}
+
+/// `dot(a, b)` of two fp32 vectors (MODEL.md §5.2): exact f64 products added into
+/// accumulator `i mod 16` in increasing `i`, then [`reduce16`]. Returns f64 (callers `rnd`).
+///
+/// Panics if the lengths differ.
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len(), "dot_f32: length mismatch");
+    let mut acc = [0.0f64; DOT_LANES];
+    let mut ca = a.chunks_exact(DOT_LANES);
+    let mut cb = b.chunks_exact(DOT_LANES);
+    for (xa, xb) in (&mut ca).zip(&mut cb) {
+        for l in 0..DOT_LANES {
+            acc[l] += xa[l] as f64 * xb[l] as f64;
+        }
+    }
+    for (l, (&xa, &xb)) in ca.remainder().iter().zip(cb.remainder()).enumerate() {
+        acc[l] += xa as f64 * xb as f64;
+    }
+    reduce16(&acc)
+}
+
+/// `dot(W[r], x)` for a BF16 weight row `w` (raw bit patterns) and an fp32 vector `x`
+/// (MODEL.md §5.2; widening per §5.1). Returns f64.
+///
+/// Panics if the lengths differ.
+pub fn dot_bf16(w: &[u16], x: &[f32]) -> f64 {
+    assert_eq!(w.len(), x.len(), "dot_bf16: length mismatch");
+    let mut acc = [0.0f64; DOT_LANES];
+    let mut cw = w.chunks_exact(DOT_LANES);
+    let mut cx = x.chunks_exact(DOT_LANES);
+    for (xw, xx) in (&mut cw).zip(&mut cx) {
+        for l in 0..DOT_LANES {
+            acc[l] += bf16_to_f32(xw[l]) as f64 * xx[l] as f64;
+        }
+    }
+    for (l, (&xw, &xx)) in cw.remainder().iter().zip(cx.remainder()).enumerate() {
+        acc[l] += bf16_to_f32(xw) as f64 * xx as f64;
+    }
+    reduce16(&acc)
+}
+
+/// `seqsum` (MODEL.md §5.3): one f64 accumulator starting at +0.0, adding the terms in the
+/// order the iterator yields them.
+#[inline]
+pub fn seqsum<I: IntoIterator<Item = f64>>(terms: I) -> f64 {
+    let mut s = 0.0f64;
+    for t in terms {
+        s += t;
+    }
+    s
+}
+
+/// log2(e) as used by `exp64` step 2, spelled as MODEL.md §5.4 gives it (it is the f64
+/// nearest log2(e), i.e. `std::f64::consts::LOG2_E`; a test checks that).
+#[allow(clippy::approx_constant)]
+pub(crate) const LOG2E: f64 = 1.4426950408889634;
+/// High part of ln 2, bit pattern 0x3FE62E42FEE00000 (MODEL.md §5.4 step 3).
+pub(crate) const LN2_HI: f64 = f64::from_bits(0x3FE6_2E42_FEE0_0000);
+/// Low part of ln 2, bit pattern 0x3DEA39EF35793C76.
+pub(crate) const LN2_LO: f64 = f64::from_bits(0x3DEA_39EF_3579_3C76);
+/// Horner coefficients c_j = 1/j! rounded to f64. Every j! here is exact in f64, so one
+/// correctly rounded division (done by the compiler's IEEE constant evaluation) gives the
+/// correctly rounded reciprocal.
+pub(crate) const EXP_C: [f64; 14] = [
+    1.0, // 1/0!
+    1.0, // 1/1!
+    1.0 / 2.0,
+    1.0 / 6.0,
+    1.0 / 24.0,
+    1.0 / 120.0,
+    1.0 / 720.0,
+    1.0 / 5040.0,
+    1.0 / 40320.0,
+    1.0 / 362880.0,
+    1.0 / 3628800.0,
+    1.0 / 39916800.0,
+    1.0 / 479001600.0,
+    1.0 / 6227020800.0,
+];
+/// `exp64` returns +inf above this argument.
+pub(crate) const EXP_HI: f64 = 709.0;
+/// `exp64` returns +0.0 below this argument.
+pub(crate) const EXP_LO: f64 = -708.0;
+/// `tanh64` uses its odd Taylor branch below 2^-13.
+pub(crate) const TANH_SMALL: f64 = 1.0 / 8192.0;
+/// `tanh64` returns ±1 above 20.
+pub(crate) const TANH_BIG: f64 = 20.0;
+
+/// floor(t) for |t| < 2^62 using only a conversion and a comparison (no library call).
+#[inline(always)]
+fn floor_i64(t: f64) -> i64 {
+    let i = t as i64; // truncation toward zero
+    if (i as f64) > t {
+        i - 1
+    } else {
+        i
+    }
+}
+
+/// `exp64(x)` of MODEL.md §5.4, with exactly its constants and operation order:
+/// NaN → NaN (the input itself); x > 709 → +inf; x < −708 → +0;
+/// kk = floor(x·log2e + 0.5); r = (x − kk·LN2_HI) − kk·LN2_LO; 13th-order Horner without FMA;
+/// result p·2^kk with 2^kk built from its bit pattern.
+#[inline]
+pub fn exp64(x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    if x > EXP_HI {
+        return f64::INFINITY;
+    }
+    if x < EXP_LO {
+        return 0.0;
+    }
+    let kk = floor_i64(x * LOG2E + 0.5);
+    let kf = kk as f64;
+    let r = (x - kf * LN2_HI) - kf * LN2_LO;
+    let mut p = EXP_C[13];
+    let mut j = 13;
+    while j > 0 {
+        j -= 1;
+        p = p * r + EXP_C[j];
+    }
+    p * f64::from_bits(((kk + 1023) as u64) << 52)
+}
+
+/// `tanh64(x)` of MODEL.md §5.4: NaN → NaN; |x| < 2^−13: x − (x·x·x)/3; |x| > 20: ±1;
+/// else e = exp64(−(2|x|)), t = (1 − e)/(1 + e) with the sign of x.
+#[inline]
+pub fn tanh64(x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    let a = x.abs();
+    if a < TANH_SMALL {
+        let t = x * x;
+        return x - (t * x) / 3.0;
+    }
+    if a > TANH_BIG {
+        return if x < 0.0 { -1.0 } else { 1.0 };
+    }
+    let e = exp64(-(2.0 * a));
+    let t = (1.0 - e) / (1.0 + e);
+    // x is non-zero here, so "t with the sign of x" is a negation for negative x.
+    if x < 0.0 {
+        -t
+    } else {
+        t
+    }
+}
+
+/// `sig64(x)` of MODEL.md §5.4: x ≥ 0: 1/(1 + exp64(−x)); otherwise e = exp64(x), e/(1 + e).
+/// NaN takes the second branch and stays NaN.
+#[inline]
+pub fn sig64(x: f64) -> f64 {
+    if x >= 0.0 {
+        1.0 / (1.0 + exp64(-x))
+    } else {
+        let e = exp64(x);
+        e / (1.0 + e)
+    }
+}
+
+/// `silu64(x) = x × sig64(x)` (MODEL.md §5.4).
+#[inline]
+pub fn silu64(x: f64) -> f64 {
+    x * sig64(x)
+}
+
+/// SiTU-GLU of one element pair (MODEL.md §6.1): A = (β1 × tanh64(a/β1)) × sig64(a);
+/// Bv = β2 × tanh64(b/β2); returns rnd(A × Bv). The sigmoid sees the uncapped `a`.
+#[inline]
+pub fn situ_glu1(a: f32, b: f32, beta1: f64, beta2: f64) -> f32 {
+    let a = a as f64;
+    let b = b as f64;
+    let big_a = (beta1 * tanh64(a / beta1)) * sig64(a);
+    let big_b = beta2 * tanh64(b / beta2);
+    rnd(big_a * big_b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_coefficients_are_reciprocal_factorials() {
+        let mut f = 1.0f64;
+        for (j, &c) in EXP_C.iter().enumerate() {
+            if j > 0 {
+                f *= j as f64;
+            }
+            assert_eq!(c, 1.0 / f, "c_{j}");
+        }
+        assert_eq!(LN2_HI, 0.6931471803691238);
+        assert_eq!(LOG2E, std::f64::consts::LOG2_E);
+        assert_eq!(LN2_LO, 1.9082149292705877e-10);
+    }
+
+    #[test]
+    fn exp64_special_values() {
+        assert_eq!(exp64(0.0), 1.0);
+        assert_eq!(exp64(-0.0), 1.0);
+        assert_eq!(exp64(709.5), f64::INFINITY);
+        assert_eq!(exp64(-708.5).to_bits(), 0);
+        assert!(exp64(f64::NAN).is_nan());
+        assert!(exp64(709.0).is_finite());
+        assert!(exp64(-708.0) > 0.0);
+    }
+
+    #[test]
+    fn floor_matches_definition() {
+        for &t in &[-1020.9, -0.5, -0.0, 0.0, 0.4, 1.0, -1.0, 1023.4, -3.0000001] {
+            assert_eq!(floor_i64(t) as f64, t.floor(), "{t}");
+        }
+    }
+}
