@@ -170,6 +170,8 @@ impl Battery<'_> {
             (37, 100, 1),
             (40, 129, 3),
             (33, 7, 5),
+            (130, 33, 2),
+            (67, 40, 1),
         ];
         for (case, &(rows, cols, t)) in shapes.iter().enumerate() {
             let w32 = r.vec(rows * cols, Kind::from(case));
@@ -194,10 +196,17 @@ impl Battery<'_> {
             elem_bytes: 4,
             bytes: Vec::new(),
         };
-        for (case, &(rows, cols, t)) in
-            [(1, 32, 1), (3, 64, 2), (5, 96, 1), (18, 160, 3), (2, 32, 3)]
-                .iter()
-                .enumerate()
+        for (case, &(rows, cols, t)) in [
+            (1, 32, 1),
+            (3, 64, 2),
+            (5, 96, 1),
+            (18, 160, 3),
+            (2, 32, 3),
+            (70, 64, 2),
+            (129, 32, 1),
+        ]
+        .iter()
+        .enumerate()
         {
             let packed: Vec<u8> = (0..rows * cols / 2).map(|_| r.next() as u8).collect();
             let scales: Vec<u8> = (0..rows * cols / 32)

@@ -62,7 +62,12 @@ fn check<T: PartialEq + std::fmt::Debug>(what: &str, f: impl Fn(&Kernels) -> Vec
 fn matrix_products() {
     let mut r = Rng(11);
     for case in 0..CASES {
-        let rows = 1 + r.below(40);
+        // Now and then more rows than one task block (64), so threads split the product.
+        let rows = if case % 6 == 5 {
+            60 + r.below(150)
+        } else {
+            1 + r.below(40)
+        };
         let cols = 1 + r.below(300);
         let t = 1 + r.below(4);
         let wb: Vec<u16> = (0..rows * cols).map(|_| finite_bf16(&mut r)).collect();
@@ -338,5 +343,44 @@ fn chunked_equals_stepwise() {
                 &bits32(&yt[i * rows..(i + 1) * rows]),
             );
         }
+    }
+}
+
+/// MODEL.md §11 row 25: BF16 widening is `bits << 16` (never rounding, never f16): generated
+/// patterns — subnormal, largest finite, negative zero — widen exactly on every path, inside
+/// the matrix product as well.
+#[test]
+fn bf16_widening_of_generated_patterns() {
+    let cases: [(u16, f32); 6] = [
+        (0x0001, f32::from_bits(0x0001_0000)), // smallest subnormal BF16 = 2^-133
+        (0x007f, f32::from_bits(0x007f_0000)), // largest subnormal
+        (0x7f7f, f32::from_bits(0x7f7f_0000)), // largest finite BF16
+        (0x8000, -0.0),
+        (0x3f80, 1.0),
+        (0xc2f7, -123.5),
+    ];
+    assert_eq!(f32::from_bits(0x0001_0000), 2f32.powi(-133));
+    for (isa, t) in configs() {
+        let k = kernels(isa, t);
+        let w: Vec<u16> = cases.iter().map(|c| c.0).collect();
+        let mut y = vec![0.0f32; w.len()];
+        k.widen_bf16(&w, &mut y);
+        for (c, v) in cases.iter().zip(&y) {
+            assert_eq!(v.to_bits(), c.1.to_bits(), "{isa} t{t}: widen {:#06x}", c.0);
+        }
+        // As a 6 x 1 matrix times x = 2^100 (each product exact, then rounded once). The
+        // accumulators start at +0, so the −0 weight gives +0 (+0 + −0 = +0, MODEL.md §5.2).
+        let x = [2f32.powi(100)];
+        k.matmul_bf16(&w, 6, 1, &x, &mut y);
+        for (c, v) in cases.iter().zip(&y) {
+            let want = ((0.0 + c.1 as f64 * x[0] as f64) + 0.0) as f32;
+            assert_eq!(
+                v.to_bits(),
+                want.to_bits(),
+                "{isa} t{t}: matmul {:#06x}",
+                c.0
+            );
+        }
+        assert_eq!(y[0], 2f32.powi(-33));
     }
 }

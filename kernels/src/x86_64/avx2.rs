@@ -189,6 +189,9 @@ unsafe fn dot_bf16_impl(w: &[u16], x: &[f32]) -> f64 {
     reduce16(&l)
 }
 
+/// Prefetch distance of the BF16 matrix-vector product, in elements (1 KiB per stream).
+const PREFETCH: usize = 512;
+
 /// `dot` of two BF16 rows with one vector x given already widened to f64, sharing the
 /// loads of x. Two rows keep 8 accumulator registers live, leaving room for the operands in
 /// the 16 ymm registers. Widening x once per block leaves one conversion per 4 weights.
@@ -200,9 +203,13 @@ unsafe fn dot2_bf16(w0: &[u16], w1: &[u16], x: &[f64]) -> (f64, f64) {
     let mut b = acc_zero();
     let mut i = 0;
     while i + DOT_LANES <= n {
-        // Software prefetch a few cache lines ahead in both weight streams.
-        _mm_prefetch::<_MM_HINT_T0>(p0.wrapping_add(i + 256) as *const i8);
-        _mm_prefetch::<_MM_HINT_T0>(p1.wrapping_add(i + 256) as *const i8);
+        // Software prefetch PREFETCH elements ahead in both weight streams; near the end of the
+        // rows it runs on into the next pair (rows r+2, r+3 follow contiguously), so a new
+        // pair starts with its first lines already requested. Prefetching never faults, even
+        // past the end of the matrix.
+        let ahead = i + PREFETCH + if i + PREFETCH >= n { n } else { 0 };
+        _mm_prefetch::<_MM_HINT_T0>(p0.wrapping_add(ahead) as *const i8);
+        _mm_prefetch::<_MM_HINT_T0>(p1.wrapping_add(ahead) as *const i8);
         let x0 = _mm256_loadu_pd(px.add(i));
         let x1 = _mm256_loadu_pd(px.add(i + 4));
         let x2 = _mm256_loadu_pd(px.add(i + 8));
