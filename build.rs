@@ -24,8 +24,18 @@ fn main() {
         commit
     };
     println!("cargo:rustc-env=K3_GIT_COMMIT={commit}");
-    // Re-run when HEAD moves; paths that do not exist (a tarball build) are ignored by cargo.
-    println!("cargo:rerun-if-changed=.git/HEAD");
-    println!("cargo:rerun-if-changed=.git/index");
+    // Re-run when HEAD moves or a commit lands. Ask git for the paths: in a worktree `.git`
+    // is a file and HEAD lives elsewhere; outside a checkout only build.rs is watched.
+    for what in ["HEAD", "index"] {
+        if let Some(path) = Command::new("git")
+            .args(["rev-parse", "--git-path", what])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+        {
+            println!("cargo:rerun-if-changed={}", path.trim());
+        }
+    }
     println!("cargo:rerun-if-changed=build.rs");
 }

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 /// Set to `true` once `k3 <model_dir> --ids … --gen N --isa … --threads … --out …` exists: the
 /// tiny-k3 logits-hash check then fails the gates when the run fails, instead of being skipped.
-pub const MODEL_CHECK_REQUIRED: bool = false;
+pub const MODEL_CHECK_REQUIRED: bool = true;
 
 /// Thread counts of the tiny-k3 logits-hash check (issue 4: "at 1, 2 and 3 threads").
 const MODEL_THREADS: [usize; 3] = [1, 2, 3];
