@@ -6,6 +6,7 @@ use std::ffi::OsString;
 
 pub mod args;
 pub mod inspect;
+pub mod pack_trunk;
 pub mod run;
 pub mod sim_cache;
 pub mod tokenize;
@@ -57,6 +58,7 @@ fn dispatch(args: Vec<OsString>) -> Result<()> {
         }
         "run" => run::run(&args[1..]),
         "sim-cache" => sim_cache::run(&args[1..]),
+        "pack-trunk" => pack_trunk::run(&args[1..]),
         // Anything else that is not a flag is the model directory of the main job.
         _ if !first.starts_with('-') => run::run(&args),
         _ => Err(Error::invalid(format!(

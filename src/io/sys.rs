@@ -270,6 +270,30 @@ fn read_limit(dir: &Path, v: CgroupVersion) -> Option<CgroupMemory> {
     })
 }
 
+/// Tells the kernel that bytes [offset, offset + len) of `file` will not be needed again
+/// (`posix_fadvise(POSIX_FADV_DONTNEED)`), so writing or reading gigabytes (pack-trunk) does
+/// not grow the page cache past the memory budget. Advisory: a failure changes nothing but
+/// page-cache residency. Dirty pages must have been written back first (`sync_data`) for the
+/// advice to drop them.
+pub fn drop_file_cache(file: &std::fs::File, offset: u64, len: u64) {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: posix_fadvise only reads its integer arguments; the descriptor is open for
+        // the duration of the borrow.
+        unsafe {
+            libc::posix_fadvise(
+                file.as_raw_fd(),
+                offset as libc::off_t,
+                len as libc::off_t,
+                libc::POSIX_FADV_DONTNEED,
+            );
+        }
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = (file, offset, len);
+}
+
 /// True if standard error is a terminal (progress is shown only there, ENGINE.md §3).
 pub fn stderr_is_terminal() -> bool {
     use std::io::IsTerminal;

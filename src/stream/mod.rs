@@ -10,6 +10,7 @@
 //!   compulsory-miss ceiling (`k3 sim-cache`).
 
 pub mod expert_cache;
+pub mod pack;
 pub mod policy;
 pub mod sim;
 pub mod trace;
