@@ -182,10 +182,11 @@ impl MemoryPlan {
             None => "unknown".to_string(),
         };
         format!(
-            "memory plan: total {} of {} available\n  trunk resident {}, model tables {}, expert buffers {}, KDA state {}, MLA cache {}, scratch {}, tensor index {}, tokenizer {}",
+            "memory plan: total {} of {} available\n  trunk resident {}, trunk ring {}, model tables {}, expert cache {}, KDA state {}, MLA cache {}, scratch {}, tensor index {}, tokenizer {}",
             gb(self.total),
             avail,
             gb(self.trunk_resident),
+            gb(self.trunk_ring),
             gb(self.model_tables),
             gb(self.expert_cache),
             gb(self.kda_state),
