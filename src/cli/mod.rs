@@ -52,6 +52,10 @@ fn dispatch(args: Vec<OsString>) -> Result<()> {
         "inspect" => inspect::run(&args[1..]),
         "tokenize" => tokenize::run_tokenize(&args[1..]),
         "detokenize" => tokenize::run_detokenize(&args[1..]),
+        "--list-presets" => {
+            print!("{}", crate::plan::presets_text());
+            Ok(())
+        }
         "--version" | "-V" => {
             println!("k3 {} ({})", crate::VERSION, crate::GIT_COMMIT);
             Ok(())
