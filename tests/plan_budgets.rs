@@ -133,7 +133,11 @@ fn presets_keep_their_split_and_pin_layer_0_when_it_pays() {
     assert!(p.trunk.pinned[0], "{}", p.trunk.reason);
     assert_eq!(p.trunk.ring_slots, 2);
     assert_eq!(p.trunk.slot_bytes, buffer_bytes(1_267_744_256));
-    assert!(p.trunk.reason.contains("layer 0 pinned"), "{}", p.trunk.reason);
+    assert!(
+        p.trunk.reason.contains("layer 0 pinned"),
+        "{}",
+        p.trunk.reason
+    );
     // server and max: the whole trunk resident, no ring
     for name in ["server", "max"] {
         let p = plan_run(&s, &preset_budget(name), None).unwrap();

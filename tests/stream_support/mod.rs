@@ -49,10 +49,8 @@ pub fn moderate_spec() -> synth::SynthSpec {
 pub fn moderate() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
-            "stream_moderate_{}",
-            std::process::id()
-        ));
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("stream_moderate_{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         synth::generate(
             &moderate_spec(),
@@ -135,4 +133,86 @@ pub fn check_ok(r: &Run, what: &str) {
         rss <= plan + RSS_SLACK,
         "{what}: peak RSS {rss} exceeds the plan {plan} + slack {RSS_SLACK}"
     );
+}
+
+/// One tensor of a shard read back: name, dtype, shape, bytes.
+pub struct ShardTensor {
+    pub name: String,
+    pub dtype: String,
+    pub shape: Vec<u64>,
+    pub data: Vec<u8>,
+}
+
+/// Reads every tensor of a safetensors shard (header via serde_json), in data order.
+pub fn read_shard(path: &Path) -> Vec<ShardTensor> {
+    let b = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
+    let h: Value = serde_json::from_slice(&b[8..8 + n]).unwrap();
+    let mut out: Vec<(u64, ShardTensor)> = Vec::new();
+    for (k, v) in h.as_object().unwrap() {
+        if k == "__metadata__" {
+            continue;
+        }
+        let off = v["data_offsets"].as_array().unwrap();
+        let (b0, b1) = (off[0].as_u64().unwrap(), off[1].as_u64().unwrap());
+        out.push((
+            b0,
+            ShardTensor {
+                name: k.clone(),
+                dtype: v["dtype"].as_str().unwrap().to_string(),
+                shape: v["shape"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_u64().unwrap())
+                    .collect(),
+                data: b[8 + n + b0 as usize..8 + n + b1 as usize].to_vec(),
+            },
+        ));
+    }
+    out.sort_by_key(|t| t.0);
+    out.into_iter().map(|t| t.1).collect()
+}
+
+/// Writes `tensors` as a safetensors shard in the given order (header padded to 8).
+pub fn write_shard(path: &Path, tensors: &[ShardTensor]) {
+    let mut header = serde_json::Map::new();
+    let mut data = Vec::new();
+    for t in tensors {
+        header.insert(
+            t.name.clone(),
+            serde_json::json!({"dtype": t.dtype, "shape": t.shape,
+                "data_offsets": [data.len(), data.len() + t.data.len()]}),
+        );
+        data.extend_from_slice(&t.data);
+    }
+    let mut h = serde_json::to_vec(&Value::Object(header)).unwrap();
+    while h.len() % 8 != 0 {
+        h.push(b' ');
+    }
+    let mut out = (h.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&h);
+    out.extend_from_slice(&data);
+    std::fs::write(path, out).unwrap();
+}
+
+/// Copies a checkpoint directory (config, shards, index, tokenizer files) into a fresh
+/// scratch directory.
+pub fn copy_dir(src: &Path, name: &str) -> PathBuf {
+    let dst = scratch_dir(name);
+    for e in std::fs::read_dir(src).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_file() {
+            std::fs::copy(&p, dst.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    dst
+}
+
+/// The shard file holding tensor `name` (by the index file).
+pub fn shard_of(dir: &Path, name: &str) -> PathBuf {
+    let idx: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("model.safetensors.index.json")).unwrap())
+            .unwrap();
+    dir.join(idx["weight_map"][name].as_str().unwrap())
 }
