@@ -407,7 +407,7 @@ pub fn choose_trunk(runs: &[u64], budget: u64, ring: Option<usize>) -> Result<Tr
             None => classes.push((c, r, vec![l])),
         }
     }
-    classes.sort_by(|a, b| b.0.cmp(&a.0));
+    classes.sort_by_key(|k| std::cmp::Reverse(k.0));
     let rings: Vec<usize> = match ring {
         Some(n) => vec![n.max(1)],
         None => vec![2, 1],

@@ -236,6 +236,7 @@ impl RunReport {
                     .with("bytes_read", tr.stats.bytes_read)
                     .with("read_seconds", tr.stats.read_seconds)
                     .with("reads", tr.stats.reads)
+                    .with("reads_ahead", tr.stats.reads_ahead)
                     .with("wait_seconds", tr.stats.wait_seconds)
                     .with("pinned", tr.pinned.clone())
                     .with("reason", tr.reason.as_str()),
@@ -410,10 +411,11 @@ impl RunReport {
             rate(c.bytes_read, c.read_seconds)
         );
         s += &format!(
-            "trunk: {} binds, {} hits, {} reads, {} read in {:.3} s ({:.1} MB/s), {:.3} s waited\n",
+            "trunk: {} binds, {} hits, {} reads ({} ahead), {} read in {:.3} s ({:.1} MB/s), {:.3} s waited\n",
             tr.binds,
             tr.hits,
             tr.reads,
+            tr.reads_ahead,
             gb(tr.bytes_read),
             tr.read_seconds,
             rate(tr.bytes_read, tr.read_seconds),

@@ -8,11 +8,7 @@ use std::path::Path;
 use stream_support::*;
 
 fn pack(model: &Path, out: &Path) -> std::process::Output {
-    run_k3([
-        "pack-trunk",
-        model.to_str().unwrap(),
-        out.to_str().unwrap(),
-    ])
+    run_k3(["pack-trunk", model.to_str().unwrap(), out.to_str().unwrap()])
 }
 
 #[test]
@@ -31,7 +27,11 @@ fn packed_layout_is_aligned_verbatim_and_padded() {
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(names.len(), 2, "only trunk.bin and trunk.json remain: {names:?}");
+    assert_eq!(
+        names.len(),
+        2,
+        "only trunk.bin and trunk.json remain: {names:?}"
+    );
     let j: Value = serde_json::from_slice(&std::fs::read(out.join("trunk.json")).unwrap()).unwrap();
     assert_eq!(j["n_layers"], 13);
     assert_eq!(j["align"], 4096);
@@ -44,7 +44,11 @@ fn packed_layout_is_aligned_verbatim_and_padded() {
         let run_start = l["run_start"].as_u64().unwrap();
         assert_eq!(file_off % 4096, 0);
         assert_eq!(nbytes % 4096, 0);
-        assert_eq!(file_off, prev_end.div_ceil(4096) * 4096, "layer {i} packed tightly");
+        assert_eq!(
+            file_off,
+            prev_end.div_ceil(4096) * 4096,
+            "layer {i} packed tightly"
+        );
         let shard = model.join(l["shard"].as_str().unwrap());
         let sb = std::fs::read(&shard).unwrap();
         let mut run_len = 0;
@@ -98,9 +102,19 @@ fn a_layer_that_is_not_one_run_is_refused_and_streams_tensor_by_tensor() {
         err.contains("layer 2") && err.contains("gap of") && err.contains("input_layernorm"),
         "{err}"
     );
-    assert!(std::fs::read_dir(&out).unwrap().next().is_none(), "nothing written");
+    assert!(
+        std::fs::read_dir(&out).unwrap().next().is_none(),
+        "nothing written"
+    );
     // The run itself reads that layer tensor by tensor, with the same logits.
-    let args = ["--ids", "410,335,224,165", "--gen", "4", "--trunk-gb", "0.0005"];
+    let args = [
+        "--ids",
+        "410,335,224,165",
+        "--gen",
+        "4",
+        "--trunk-gb",
+        "0.0005",
+    ];
     let a = run(&fixture("tiny-k3"), "pack_gap_ref", &args);
     let b = run(&dir, "pack_gap_run", &args);
     check_ok(&a, "reference");
@@ -119,7 +133,14 @@ fn an_interrupted_pack_leaves_no_trunk_that_loads() {
         run(
             &model,
             tag,
-            &["--ids", "1,2", "--gen", "1", "--trunk", out.to_str().unwrap()],
+            &[
+                "--ids",
+                "1,2",
+                "--gen",
+                "1",
+                "--trunk",
+                out.to_str().unwrap(),
+            ],
         )
     };
     // 1. The process dies after the third layer (a panic in the progress callback stands for

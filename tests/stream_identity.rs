@@ -65,6 +65,11 @@ fn matrix(model: &Path, tag: &str, ids: &str, gen: usize, presets: bool) {
     assert_eq!(r.u64(&["trunk", "ring_slots"]), 2);
     assert!(r.u64(&["trunk", "bytes_read"]) > 0);
     assert_eq!(r.json()["trunk"]["packed"], false);
+    // every bind of a streamed layer paid a read, and all but the first were read ahead
+    let binds = r.u64(&["trunk", "binds"]);
+    assert_eq!(r.u64(&["trunk", "reads"]), binds);
+    assert_eq!(r.u64(&["trunk", "reads_ahead"]), binds - 1);
+    assert_eq!(r.u64(&["trunk", "hits"]), 0);
 
     // The same from a packed trunk.
     let packed = scratch_dir(&format!("stream_packed_{tag}"));
@@ -109,6 +114,11 @@ fn matrix(model: &Path, tag: &str, ids: &str, gen: usize, presets: bool) {
     );
     same(&r, "ring of 1");
     assert_eq!(r.u64(&["trunk", "ring_slots"]), 1);
+    assert_eq!(
+        r.u64(&["trunk", "reads_ahead"]),
+        0,
+        "one slot: synchronous reads"
+    );
     let r = go(
         "ring3",
         &["--trunk-gb", &gb_arg(3 * largest), "--trunk-ring", "3"],

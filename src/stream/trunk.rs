@@ -85,6 +85,8 @@ pub struct TrunkStats {
     pub hits: u64,
     /// Layer reads.
     pub reads: u64,
+    /// Of those, made ahead on the I/O thread while an earlier layer computed.
+    pub reads_ahead: u64,
     /// Bytes transferred from the device for layers.
     pub bytes_read: u64,
     /// Seconds the reads took (on the I/O thread for read-ahead; may overlap compute).
@@ -98,11 +100,13 @@ enum Slot {
     Free(AlignedBuf),
     /// A read-ahead in flight.
     Loading { layer: usize, ticket: ReadTicket },
-    /// A complete layer at `pad`.
+    /// A complete layer at `pad`; `used` once handed to the forward pass (a later bind of the
+    /// same layer from this slot is then a hit: no read was made for it).
     Ready {
         layer: usize,
         buf: AlignedBuf,
         pad: usize,
+        used: bool,
     },
     /// Transient while changing state (or lost after an I/O thread died).
     Gone,
@@ -247,6 +251,7 @@ impl StreamedTrunk {
             match r {
                 Ok((done, secs)) => {
                     self.stats.reads += 1;
+                    self.stats.reads_ahead += 1;
                     self.stats.bytes_read += done.device_bytes;
                     self.stats.read_seconds += secs;
                     let len = match &self.entries[layer] {
@@ -254,7 +259,12 @@ impl StreamedTrunk {
                         Entry::Pinned { .. } => 0,
                     };
                     let pad = even_pad(&mut buf, done.pad, len);
-                    self.ring[i] = Slot::Ready { layer, buf, pad };
+                    self.ring[i] = Slot::Ready {
+                        layer,
+                        buf,
+                        pad,
+                        used: false,
+                    };
                 }
                 Err(e) => {
                     self.ring[i] = Slot::Free(buf);
@@ -329,10 +339,12 @@ impl StreamedTrunk {
     /// Makes layer `l` (streamed) Ready in some slot; returns the slot.
     fn load(&mut self, l: usize) -> Result<usize> {
         if let Some(i) = self.slot_of(l) {
-            let was_ready = matches!(self.ring[i], Slot::Ready { .. });
             self.settle(i)?;
-            if was_ready {
-                self.stats.hits += 1;
+            if let Slot::Ready { used, .. } = &mut self.ring[i] {
+                if *used {
+                    self.stats.hits += 1;
+                }
+                *used = true;
             }
             return Ok(i);
         }
@@ -359,7 +371,12 @@ impl StreamedTrunk {
             Ok((pad, dev)) => {
                 self.stats.reads += 1;
                 self.stats.bytes_read += dev;
-                self.ring[i] = Slot::Ready { layer: l, buf, pad };
+                self.ring[i] = Slot::Ready {
+                    layer: l,
+                    buf,
+                    pad,
+                    used: true,
+                };
                 Ok(i)
             }
             Err(e) => {
