@@ -628,7 +628,17 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
      -> Result<Vec<f32>> {
         let n_chunks = ids.len().div_ceil(req.chunk);
         let mut last_row = Vec::new();
+        let mut trunk = LayerProgress {
+            inner: trunk,
+            on: progress,
+            chunk: 0,
+            n_chunks,
+            layers,
+            shown: None,
+        };
+        let trunk = &mut trunk;
         for (ci, ch) in ids.chunks(req.chunk).enumerate() {
+            trunk.chunk = ci;
             let last = ci + 1 == n_chunks;
             let want = if all {
                 LogitRows::All
@@ -654,6 +664,9 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
                     eprint!("\r\x1b[K");
                 }
             }
+        }
+        if trunk.shown.is_some() {
+            eprint!("\r\x1b[K");
         }
         Ok(last_row)
     };
@@ -841,6 +854,42 @@ impl<S: ExpertSource> ExpertSource for Traced<S> {
     }
     fn stats(&self) -> ExpertStats {
         self.inner.stats()
+    }
+}
+
+/// Per-layer progress of a prefill forward on a terminal (ENGINE.md §6): a forward over a
+/// streamed trunk can take minutes, so the layer being bound is shown, at most 5 times a second.
+struct LayerProgress<'a> {
+    inner: &'a mut StreamedTrunk,
+    on: bool,
+    chunk: usize,
+    n_chunks: usize,
+    layers: usize,
+    shown: Option<Instant>,
+}
+
+impl model::TrunkSource for LayerProgress<'_> {
+    fn layer_buf(&mut self, l: usize) -> Result<&[u16]> {
+        if self.on && self.shown.is_none_or(|t| t.elapsed().as_millis() >= 200) {
+            eprint!(
+                "\rprefill: chunk {}/{}, layer {}/{}\x1b[K",
+                self.chunk + 1,
+                self.n_chunks,
+                l + 1,
+                self.layers
+            );
+            self.shown = Some(Instant::now());
+        }
+        self.inner.layer_buf(l)
+    }
+    fn embed_row(&mut self, id: usize) -> Result<&[u16]> {
+        self.inner.embed_row(id)
+    }
+    fn lm_head(
+        &mut self,
+        f: &mut dyn FnMut(usize, model::weights::Bf16Mat<'_>) -> Result<()>,
+    ) -> Result<()> {
+        self.inner.lm_head(f)
     }
 }
 
