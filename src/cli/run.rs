@@ -532,7 +532,14 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
         logits_rows,
     };
     let available = crate::io::sys::memory_available().available();
-    let rp = plan_run(&sizes, &req.budget, available)?;
+    let rp = match plan_run(&sizes, &req.budget, available) {
+        Ok(p) => p,
+        Err(e) => {
+            // The report still carries the figures: the smallest plan of this model.
+            rep.plan = Some(crate::plan::minimum_plan(&sizes, available));
+            return Err(e);
+        }
+    };
     let plan = rp.memory.clone();
     say(&format!(
         "{}\n  budget: {}{}{}",
