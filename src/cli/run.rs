@@ -631,10 +631,13 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
                           experts: &mut dyn ExpertSource,
                           ids: &[u32],
                           all: bool,
+                          show: bool,
                           sink: &mut dyn FnMut(&[f32]) -> Result<()>|
      -> Result<Vec<f32>> {
         let n_chunks = ids.len().div_ceil(req.chunk);
         let mut last_row = Vec::new();
+        // (only the prompt's forward shows progress: later ones would cut into the text)
+        let progress = progress && show;
         let mut trunk = LayerProgress {
             inner: trunk,
             on: progress,
@@ -689,6 +692,7 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
         &mut experts,
         &ids,
         want_all,
+        true,
         &mut |rows| {
             dump.rows(rows)?;
             if teacher_forced {
@@ -775,6 +779,7 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
                 &mut trunk,
                 &mut experts,
                 &full,
+                false,
                 false,
                 &mut |_| Ok(()),
             )?
