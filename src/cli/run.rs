@@ -687,6 +687,7 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
         // Prefill (the first full-recompute step is the same forward).
         let t_pre = Instant::now();
         let s0 = experts.stats();
+        let dense0 = dense_bytes(&trunk);
         let teacher_forced = req.gen == 0;
         let mut hashed = 0usize;
         let mut logits = forward_chunks(
@@ -723,6 +724,7 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
         }
         let mut step_secs = rep.timing.prefill_seconds;
         let mut step_stats = diff(experts.stats(), s0);
+        let mut step_dense = dense_bytes(&trunk) - dense0;
         let mut full = ids.clone();
         let mut printed = false;
         // Text and step lines on the same terminal would interleave mid-line: then the step
@@ -744,6 +746,7 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
                 seconds: step_secs,
                 logits_fnv1a64: k3_kernels::fnv1a64_f32(&logits),
                 experts: step_stats,
+                dense_bytes_read: step_dense,
             });
             match &mut printer {
                 Some(p) => p.push(tok)?,
@@ -774,6 +777,7 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
             }
             let t = Instant::now();
             let s = experts.stats();
+            let dense_s = dense_bytes(&trunk);
             logits = if req.full_recompute {
                 state.reset();
                 forward_chunks(
@@ -799,6 +803,7 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
             step_secs = t.elapsed().as_secs_f64();
             rep.timing.decode_seconds += step_secs;
             step_stats = diff(experts.stats(), s);
+            step_dense = dense_bytes(&trunk) - dense_s;
         }
         match &mut printer {
             Some(p) => {
@@ -830,6 +835,12 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
     }
     rep.timing.wall_seconds = wall.elapsed().as_secs_f64();
     res
+}
+
+/// Trunk and model-table bytes read so far (the dense part of a step's "GB read").
+fn dense_bytes(t: &StreamedTrunk) -> u64 {
+    let ts = t.table_stats();
+    t.stats().bytes_read + ts.embedding_bytes_read + ts.lm_head_bytes_read
 }
 
 fn diff(a: ExpertStats, b: ExpertStats) -> ExpertStats {
