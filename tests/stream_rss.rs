@@ -18,7 +18,9 @@ fn peak_rss_is_not_inherited_from_a_large_parent() {
         &["--ids", "1,2,3", "--gen", "2"],
     );
     check_ok(&r, "tiny-k3 from a 256 MB parent");
-    assert!(r.u64(&["memory", "peak_rss_bytes"]) < 64 << 20);
+    if !emulated() {
+        assert!(r.u64(&["memory", "peak_rss_bytes"]) < 64 << 20);
+    }
     std::hint::black_box(&ballast);
 }
 
@@ -45,7 +47,9 @@ fn budget_below_the_minimum_is_refused_with_exit_3_before_allocating() {
     let j = r.json();
     assert_eq!(j["error"]["exit_code"], 3);
     // Nothing of the model was allocated: the process stayed within its baseline.
-    assert!(r.u64(&["memory", "peak_rss_bytes"]) < k3::plan::PROCESS_BASELINE);
+    if !emulated() {
+        assert!(r.u64(&["memory", "peak_rss_bytes"]) < k3::plan::PROCESS_BASELINE);
+    }
     // and the report carries the figures of the smallest plan that would have been needed
     assert!(r.u64(&["memory", "plan", "total"]) > 1_000_000);
     // A cache below top-k experts, and a trunk budget below one slot of the largest layer.
