@@ -738,10 +738,17 @@ pub fn plan_run(s: &ModelSizes, b: &Budget, available: Option<u64>) -> Result<Ru
                 )));
             }
             let t = b.trunk.unwrap_or((p.trunk_gb * GB) as u64);
-            let c = b
-                .cache
-                .unwrap_or((p.cache_gb * GB) as u64)
-                .max(s.cache_min());
+            let asked = b.cache.unwrap_or((p.cache_gb * GB) as u64);
+            let c = asked.max(s.cache_min());
+            if c > asked {
+                notes.push(format!(
+                    "preset {} cache {} raised to top-k = {} experts ({})",
+                    p.name,
+                    gb(asked),
+                    s.top_k,
+                    gb(c)
+                ));
+            }
             notes.push(format!(
                 "preset {}: trunk {}, expert cache {}{}; everything else on top",
                 p.name,
