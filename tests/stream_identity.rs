@@ -189,6 +189,18 @@ fn matrix(model: &Path, tag: &str, ids: &str, gen: usize, presets: bool) {
         ],
     );
     same(&r, "smallest trunk and cache, chunked prefill");
+    // Full recompute re-walks the streamed trunk once per chunk and step.
+    let r = go(
+        "full_recompute",
+        &[
+            "--full-recompute",
+            "--prefill-chunk",
+            "4",
+            "--trunk-gb",
+            &small_ring,
+        ],
+    );
+    same(&r, "full recompute over a streamed trunk");
 
     if presets {
         for p in k3::plan::PRESETS {
