@@ -41,10 +41,11 @@ const BATTERY_TEST: &str = "kernels/tests/gate_battery.rs";
 /// What runs under emulation, kept small for CI's 90 minutes (compiling for aarch64 and running
 /// under qemu are both slow): every test of the kernels crate (with the battery), the engine's
 /// unit tests, and the engine's integration tests whose file name (tests/<name>.rs) starts with
-/// one of these prefixes: the model on tiny-k3 and the run command, which execute the `k3`
+/// one of these prefixes: the model on tiny-k3, the run command and the budget bit-identity
+/// matrix (streamed trunk, packed trunk, expert cache, streamed tables), which execute the `k3`
 /// binary through `K3_TEST_RUNNER`. Parsers, tokenizer and I/O tests do not touch the kernels
 /// and run natively only.
-const EMULATED_K3_TEST_PREFIXES: &[&str] = &["model_", "run_"];
+const EMULATED_K3_TEST_PREFIXES: &[&str] = &["model_", "run_", "stream_identity"];
 
 /// The cross target of the NEON path on a non-aarch64 machine.
 const CROSS_TRIPLE: &str = "aarch64-unknown-linux-gnu";
