@@ -665,6 +665,7 @@ pub struct Summary {
     pub achieved_bps: f64,
     pub engine_read_bps: Option<f64>,
     pub io_share: f64,
+    pub io_s_per_token: f64,
     pub multiplied_bps: f64,
     pub roofline: Roofline,
     pub peak_rss: u64,
@@ -709,6 +710,7 @@ pub fn summarize(r: &BudgetResult, out: &Outcome) -> Option<Summary> {
         achieved_bps: read / spt.median,
         engine_read_bps: Spread::of(&rates).map(|s| s.median),
         io_share: median(ok.iter().map(|f| f.io_share)),
+        io_s_per_token: median(ok.iter().map(|f| f.io_s_per_token())),
         multiplied_bps: multiplied / spt.median,
         roofline: Roofline::new(read, out.device_bps, multiplied, out.mem_bps, spt.median),
         peak_rss: ok.iter().map(|f| f.peak_rss).max().unwrap_or(0),
@@ -779,10 +781,10 @@ pub fn summary_tsv(out: &Outcome) -> String {
         out,
         "k3 end-to-end benchmark: per-budget summary (bench/src/harness.rs)",
     );
-    let _ = writeln!(t, "# GB = 1e9 B, MB = 1e6 B; per-token figures are decode steps (the first step carries the prefill); roofline_ratio = max(read_per_token / device, multiplied_per_token / membw) / s_per_token_median");
+    let _ = writeln!(t, "# GB = 1e9 B, MB = 1e6 B; per-token figures are decode steps (the first step carries the prefill); trunk and table bytes per token = run totals / forward passes; decode_io_s_per_token = each kind's read seconds x the share of its bytes one decode token reads (estimate); io_share = the engine's whole-run figure; roofline_ratio = max(read_per_token / device, multiplied_per_token / membw) / s_per_token_median");
     let _ = writeln!(
         t,
-        "budget\tflags\truns_ok\ts_per_token_median\ts_per_token_min\ts_per_token_max\tgoal_s_per_token\tanchor_s_per_token\ttrunk_read_B_per_token\texpert_read_B_per_token\ttable_read_B_per_token\tread_B_per_token\tachieved_MBps\tdevice_MBps\tachieved_vs_device\tengine_read_MBps\tio_share\tmultiplied_B_per_token\tmultiplied_GBps\tmembw_GBps\tmultiplied_vs_membw\tt_device_s\tt_memory_s\tbound\troofline_ratio\tpeak_rss_B\tplan_total_B\trss_vs_plan\tload_s\tprefill_s\tlogits_hash\tmax_load1\tmax_cpu_busy\tlayout"
+        "budget\tflags\truns_ok\ts_per_token_median\ts_per_token_min\ts_per_token_max\tgoal_s_per_token\tanchor_s_per_token\ttrunk_read_B_per_token\texpert_read_B_per_token\ttable_read_B_per_token\tread_B_per_token\tachieved_MBps\tdevice_MBps\tachieved_vs_device\tengine_read_MBps\tio_share\tdecode_io_s_per_token\tdecode_io_share\tmultiplied_B_per_token\tmultiplied_GBps\tmembw_GBps\tmultiplied_vs_membw\tt_device_s\tt_memory_s\tbound\troofline_ratio\tpeak_rss_B\tplan_total_B\trss_vs_plan\tload_s\tprefill_s\tlogits_hash\tmax_load1\tmax_cpu_busy\tlayout"
     );
     for r in &out.budgets {
         let (goal, anchor) = goal_of(&r.budget, out.floor_gb);
@@ -790,7 +792,7 @@ pub fn summary_tsv(out: &Outcome) -> String {
             Some(s) => {
                 let _ = writeln!(
                     t,
-                    "{}\t{}\t{}/{}\t{:.4}\t{:.4}\t{:.4}\t{goal}\t{anchor}\t{:.0}\t{:.0}\t{:.0}\t{:.0}\t{:.1}\t{:.1}\t{:.3}\t{}\t{:.3}\t{}\t{:.2}\t{:.2}\t{:.3}\t{:.4}\t{:.4}\t{}\t{:.3}\t{}\t{}\t{:.3}\t{:.2}\t{:.2}\t{}\t{:.2}\t{:.2}\t{}",
+                    "{}\t{}\t{}/{}\t{:.4}\t{:.4}\t{:.4}\t{goal}\t{anchor}\t{:.0}\t{:.0}\t{:.0}\t{:.0}\t{:.1}\t{:.1}\t{:.3}\t{}\t{:.3}\t{:.4}\t{:.3}\t{}\t{:.2}\t{:.2}\t{:.3}\t{:.4}\t{:.4}\t{}\t{:.3}\t{}\t{}\t{:.3}\t{:.2}\t{:.2}\t{}\t{:.2}\t{:.2}\t{}",
                     s.label,
                     if s.flags.is_empty() { "-" } else { &s.flags },
                     s.ok,
@@ -807,6 +809,8 @@ pub fn summary_tsv(out: &Outcome) -> String {
                     s.achieved_bps / out.device_bps,
                     s.engine_read_bps.map_or("-".into(), |b| format!("{:.1}", b / 1e6)),
                     s.io_share,
+                    s.io_s_per_token,
+                    s.io_s_per_token / s.spt.median,
                     out.step.multiplied(),
                     s.multiplied_bps / 1e9,
                     out.mem_bps / 1e9,
@@ -959,7 +963,7 @@ pub fn summary_text(out: &Outcome) -> String {
             Some(s) => {
                 let _ = writeln!(
                     t,
-                    "{:<9} {:<14} {:.3} s/token [{:.3}, {:.3}] (goal {goal}, anchors {anchor})  read {:.2} GB/token ({:.0}% of device)  multiply {:.1} GB/s ({:.0}% of memory)  roofline {:.2} ({}-bound)  peak RSS {:.2} GB / plan {:.2} GB  io_share {:.2}  hash {}",
+                    "{:<9} {:<14} {:.3} s/token [{:.3}, {:.3}] (goal {goal}, anchors {anchor})  read {:.2} GB/token ({:.0}% of device)  multiply {:.1} GB/s ({:.0}% of memory)  roofline {:.2} ({}-bound)  peak RSS {:.2} GB / plan {:.2} GB  reads {:.3} s/token ({:.0}% of a step)  hash {}",
                     s.label,
                     if s.flags.is_empty() { "(auto)" } else { &s.flags },
                     s.spt.median,
@@ -973,7 +977,8 @@ pub fn summary_text(out: &Outcome) -> String {
                     s.roofline.bound(),
                     s.peak_rss as f64 / 1e9,
                     s.plan_total as f64 / 1e9,
-                    s.io_share,
+                    s.io_s_per_token,
+                    100.0 * s.io_s_per_token / s.spt.median,
                     s.hashes.join(",")
                 );
             }
@@ -1040,5 +1045,141 @@ mod tests {
     fn budget_flags_are_the_engine_flags() {
         assert!(budget_flags(None).is_empty());
         assert_eq!(budget_flags(Some(7.4)), vec!["--mem-gb", "7.40"]);
+    }
+
+    fn idle_report() -> idle::IdleReport {
+        idle::IdleReport {
+            window_s: 2.0,
+            load1: 0.5,
+            cpu_busy: 0.05,
+            device: Some("vda".into()),
+            disk_util: 0.0,
+            disk_read_mb_s: 0.0,
+            disk_write_mb_s: 0.0,
+        }
+    }
+
+    fn outcome() -> Outcome {
+        let figures = RunFigures {
+            s_per_token: 2.0,
+            load_s: 1.0,
+            prefill_s: 1.0,
+            wall_s: 20.0,
+            logits_hash: "9393a1186bba26c7".into(),
+            generated: 6,
+            expert_bytes_per_token: 5e8,
+            trunk_bytes_per_token: 4e9,
+            table_bytes_per_token: 0.0,
+            io_share: 0.5,
+            expert_read_s: 1.0,
+            trunk_read_s: 10.0,
+            table_read_s: 0.0,
+            expert_bytes_total: 3_000_000_000,
+            trunk_bytes_total: 24_000_000_000,
+            table_bytes_total: 0,
+            peak_rss: 7_000_000_000,
+            plan_total: 7_400_000_000,
+            plan_trunk_resident: 1,
+            plan_trunk_ring: 2,
+            plan_model_tables: 3,
+            plan_expert_cache: 4,
+            pinned_layers: 1,
+            layers: 4,
+            ring_slots: 2,
+            cache_slots: 100,
+            expert_hit_rate: 0.5,
+        };
+        let row = |rep, figures: Option<RunFigures>| RunRow {
+            budget: "7.4GB".into(),
+            rep,
+            flags: "--mem-gb 7.40".into(),
+            exit: if figures.is_some() { 0 } else { 4 },
+            error: if figures.is_some() {
+                String::new()
+            } else {
+                "exit 4: short read".into()
+            },
+            figures,
+            idle: Some(idle_report()),
+            device_read_bytes: Some(123),
+            harness_wall_s: 20.0,
+        };
+        Outcome {
+            header: vec![("command".into(), "cargo xtask bench".into())],
+            step: StepBytes {
+                trunk: 5_685_244_672,
+                lm_head: 2_348_810_240,
+                embedding_row: 14_336,
+                experts_per_token: 48,
+                expert_bytes: 17_547_264,
+                all_expert_bytes: 3_369_074_688,
+                model_tables: 4_697_663_488,
+            },
+            device: vec![(
+                1,
+                Measurement {
+                    pattern: "random_expert",
+                    block_bytes: 17_547_264,
+                    queue_depth: 16,
+                    direct: true,
+                    reads: 10,
+                    bytes: 2_500_000_000,
+                    seconds: 1.0,
+                    device_bytes: None,
+                },
+            )],
+            device_bps: 2.5e9,
+            membw: vec![],
+            mem_bps: 13.6e9,
+            budgets: vec![
+                BudgetResult {
+                    budget: Budget::Gb(7.4),
+                    mem_gb: Some(7.4),
+                    runs: vec![row(1, Some(figures.clone())), row(2, None)],
+                    skipped: None,
+                },
+                BudgetResult {
+                    budget: Budget::Floor,
+                    mem_gb: None,
+                    runs: vec![],
+                    skipped: Some("flag `--mem-gb`: not supported yet".into()),
+                },
+            ],
+            floor_gb: None,
+            idle_before: idle_report(),
+            idle_after: idle_report(),
+        }
+    }
+
+    /// Every data row of every table has as many fields as its header row.
+    fn check_columns(tsv: &str, header_starts: &[&str]) {
+        let mut width = None;
+        let mut headers = 0;
+        for line in tsv.lines().filter(|l| !l.starts_with('#')) {
+            let n = line.split('\t').count();
+            if header_starts.iter().any(|h| line.starts_with(h)) {
+                width = Some(n);
+                headers += 1;
+            } else if !line.contains("not measured") {
+                assert_eq!(Some(n), width, "row `{line}`");
+            }
+        }
+        assert_eq!(headers, header_starts.len());
+    }
+
+    #[test]
+    fn tsv_rows_match_their_headers() {
+        let out = outcome();
+        let s = summary_tsv(&out);
+        check_columns(&s, &["budget\tflags"]);
+        // 4.5 GB read per token at 2.5 GB/s = 1.8 s binds; ratio 1.8 / 2.0.
+        let row = s.lines().find(|l| l.starts_with("7.4GB")).unwrap();
+        assert!(row.contains("\tdevice\t0.900\t"), "{row}");
+        assert!(row.contains("\t2.9\t3.8-4.7\t"), "{row}");
+        assert!(s.contains("floor\t-\t0/0\t"), "{s}");
+        check_columns(&runs_tsv(&out), &["round\t", "threads\t", "budget\trep"]);
+        let text = summary_text(&out);
+        assert!(text.contains("roofline 0.90 (device-bound)"), "{text}");
+        assert_eq!(all_hashes(&out), vec!["9393a1186bba26c7"]);
     }
 }

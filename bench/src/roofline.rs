@@ -240,6 +240,33 @@ impl RunFigures {
         self.trunk_bytes_per_token + self.expert_bytes_per_token + self.table_bytes_per_token
     }
 
+    /// Read seconds of one decode token, estimated: each kind's read seconds over the run
+    /// scaled by the share of its bytes that one decode token reads (the reports give read
+    /// seconds for the whole run only). Compared with s/token it splits a step into time spent
+    /// reading and the rest; reads that overlap compute make the two sum to more than the step.
+    pub fn io_s_per_token(&self) -> f64 {
+        let part = |secs: f64, per_token: f64, total: u64| {
+            if total > 0 {
+                secs * per_token / total as f64
+            } else {
+                0.0
+            }
+        };
+        part(
+            self.expert_read_s,
+            self.expert_bytes_per_token,
+            self.expert_bytes_total,
+        ) + part(
+            self.trunk_read_s,
+            self.trunk_bytes_per_token,
+            self.trunk_bytes_total,
+        ) + part(
+            self.table_read_s,
+            self.table_bytes_per_token,
+            self.table_bytes_total,
+        )
+    }
+
     /// The rate the engine's reads ran at while reading (bytes ÷ read seconds, all kinds), in
     /// bytes/s; None when it read nothing. Reads that overlap each other make this larger
     /// than one reader could achieve, as they should.
@@ -417,6 +444,9 @@ mod tests {
         assert_eq!(r.table_bytes_per_token, 10.0);
         assert_eq!(r.bytes_read_per_token(), 130.0);
         assert_eq!(r.read_rate(), Some((1060.0 + 600.0 + 60.0) / 2.0));
+        // experts 0.5 s x 20/1060 + trunk 1.0 s x 100/600 + tables 0.5 s x 10/60
+        let want = 0.5 * 20.0 / 1060.0 + 1.0 / 6.0 + 0.5 / 6.0;
+        assert!((r.io_s_per_token() - want).abs() < 1e-12);
         assert_eq!(r.logits_hash, "00ff");
         let r0 = RunFigures::from_report(&report(0, 0), 2).unwrap();
         assert_eq!(r0.bytes_read_per_token(), 20.0);
