@@ -107,6 +107,9 @@ pub struct Options {
     pub out_dir: PathBuf,
     pub work_dir: PathBuf,
     pub command: String,
+    /// Routed experts per MoE layer and top-k (from `k3 inspect`), for the batch pattern.
+    pub layer_experts: u64,
+    pub top_k: usize,
 }
 
 /// Failure of the benchmark: exit code and message.
@@ -360,10 +363,19 @@ pub fn measure_device(o: &Options, files: &[PathBuf]) -> Result<Vec<(usize, Meas
         let s = seed.wrapping_add(round as u64 * 1000);
         let req1 = device::random_requests(&targets, 64, s);
         let req16 = device::random_requests(&targets, 256, s + 1);
+        // The engine's own batches: top-k of one layer's experts, in file-offset order.
+        let batches = device::expert_batches(&targets, 16, o.layer_experts, o.top_k, s + 2);
+        let mut b1 = device::random_expert(&targets, &batches, 1, dev.as_deref()).map_err(io)?;
+        b1.pattern = "expert_batch";
+        let mut b16 = device::random_expert(&targets, &batches, ENGINE_QUEUE_DEPTH, dev.as_deref())
+            .map_err(io)?;
+        b16.pattern = "expert_batch";
         let mut ms = vec![
             device::random_expert(&targets, &req1, 1, dev.as_deref()).map_err(io)?,
             device::random_expert(&targets, &req16, ENGINE_QUEUE_DEPTH, dev.as_deref())
                 .map_err(io)?,
+            b1,
+            b16,
             device::sequential_layer(&targets, KDA_LAYER_BYTES, o.seq_bytes, 0, dev.as_deref())
                 .map_err(io)?,
         ];
@@ -402,7 +414,15 @@ pub struct Outcome {
     pub header: Vec<(String, String)>,
     pub step: StepBytes,
     pub device: Vec<(usize, Measurement)>,
+    /// The device figure every ratio uses: the larger of `device_patterns_bps` and
+    /// `engine_read_bps`.
     pub device_bps: f64,
+    /// The best device pattern measured by the harness.
+    pub device_patterns_bps: f64,
+    /// The fastest the engine's own reads ran in any run (bytes ÷ read seconds). When it
+    /// beats every pattern (data a cache below the guest keeps warm, an access pattern the
+    /// device favours), it is the device figure, so no ratio can flatter the engine.
+    pub engine_read_bps: f64,
     pub membw: Vec<membw::MemBw>,
     pub mem_bps: f64,
     pub budgets: Vec<BudgetResult>,
@@ -427,6 +447,12 @@ pub fn run(o: &Options) -> Result<Outcome, Fail> {
         device::expand_inputs(std::slice::from_ref(&o.model)).map_err(|e| (2, e.to_string()))?;
     let dev = idle::device_of(&files[0]);
     let limits = idle::IdleLimits::default();
+    let mut o = o.clone();
+    o.layer_experts = inspect["config"]["num_experts"].as_u64().unwrap_or(64);
+    o.top_k = inspect["config"]["num_experts_per_token"]
+        .as_u64()
+        .unwrap_or(16) as usize;
+    let o = &o;
 
     let mut header: Vec<(String, String)> = Vec::new();
     header.push(("command".into(), o.command.clone()));
@@ -512,7 +538,7 @@ pub fn run(o: &Options) -> Result<Outcome, Fail> {
     } else {
         measure_device(o, &files)?
     };
-    let device_bps = device
+    let device_patterns_bps = device
         .iter()
         .map(|(_, m)| m.bytes as f64 / m.seconds.max(1e-9))
         .fold(0.0, f64::max);
@@ -636,11 +662,18 @@ pub fn run(o: &Options) -> Result<Outcome, Fail> {
         .map_err(|e| (4, format!("idle check: {e}")))?;
     // Back in the order asked for.
     results.sort_by_key(|r| o.budgets.iter().position(|b| *b == r.budget));
+    let engine_read_bps = results
+        .iter()
+        .flat_map(|b| b.runs.iter())
+        .filter_map(|r| r.figures.as_ref().and_then(|f| f.read_rate()))
+        .fold(0.0, f64::max);
     Ok(Outcome {
         header,
         step,
         device,
-        device_bps,
+        device_bps: device_patterns_bps.max(engine_read_bps),
+        device_patterns_bps,
+        engine_read_bps,
         membw: mbw,
         mem_bps,
         budgets: results,
@@ -758,8 +791,10 @@ fn header_text(out: &Outcome, title: &str) -> String {
     );
     let _ = writeln!(
         t,
-        "# device_MBps\t{:.1}\t(best of the engine's read patterns, measured in this run; rows in the -runs file)",
-        out.device_bps / 1e6
+        "# device_MBps\t{:.1}\t(the device figure: the larger of the best read pattern, {:.1} MB/s, rows in the -runs file, and the fastest the engine's own reads ran in a run, {:.1} MB/s; all measured in this run)",
+        out.device_bps / 1e6,
+        out.device_patterns_bps / 1e6,
+        out.engine_read_bps / 1e6
     );
     let _ = writeln!(
         t,
@@ -952,8 +987,10 @@ pub fn summary_text(out: &Outcome) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "device {:.0} MB/s (best engine pattern), memory {:.1} GB/s; a decode step multiplies {:.2} GB",
+        "device {:.0} MB/s (best of the patterns, {:.0}, and the engine's own reads, {:.0}), memory {:.1} GB/s; a decode step multiplies {:.2} GB",
         out.device_bps / 1e6,
+        out.device_patterns_bps / 1e6,
+        out.engine_read_bps / 1e6,
         out.mem_bps / 1e9,
         out.step.multiplied() as f64 / 1e9
     );
@@ -1129,6 +1166,8 @@ mod tests {
                 },
             )],
             device_bps: 2.5e9,
+            device_patterns_bps: 2.5e9,
+            engine_read_bps: 1.0e9,
             membw: vec![],
             mem_bps: 13.6e9,
             budgets: vec![

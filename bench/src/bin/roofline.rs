@@ -72,6 +72,8 @@ fn parse(args: &[String]) -> Result<Option<Options>, String> {
         out_dir: manifest.join("results"),
         work_dir: root.join("target/bench"),
         command: String::new(),
+        layer_experts: 64,
+        top_k: 16,
     };
     let mut i = 0;
     while i < args.len() {
