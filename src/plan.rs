@@ -2,9 +2,12 @@
 //! is allocated, compared with what the machine has (`MemAvailable`, and the cgroup headroom
 //! when smaller). A plan that does not fit is refused with exit 3, naming the shortfall.
 //!
-//! This first plan covers the resident engine (every bound trunk layer and both model tables in
-//! memory, experts read on demand into a few buffers); the streaming work adds budgets, the
-//! trunk ring and the expert cache.
+//! [`plan_run`] turns a budget — `auto` (from what is available), a preset of ENGINE.md §4, or
+//! `--mem-gb`, with `--trunk-gb`, `--cache-gb`, `--trunk-ring` overriding parts — into the
+//! streaming configuration: which trunk layers are pinned and how many ring slots of what
+//! size stream the rest ([`choose_trunk`], the fixed point), whether the model tables are
+//! resident or streamed, and how many expert-cache slots there are. [`MemoryPlan::resident`]
+//! is the plan of the plain resident engine.
 
 use crate::error::{Error, Result};
 use crate::model::state::DecodeState;
@@ -13,13 +16,14 @@ use crate::model::Dims;
 /// Bytes per item of the plan (FORMATS.md §10 `memory.plan`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MemoryPlan {
-    /// Resident BF16 trunk matrices and small vectors of the bound layers.
+    /// Pinned trunk layer buffers plus every bound layer's widened small vectors.
     pub trunk_resident: u64,
-    /// Trunk ring slots (0: no streaming yet).
+    /// Trunk ring slots (0 when every layer is pinned).
     pub trunk_ring: u64,
-    /// `embed_tokens` + `lm_head` (+ the model-level vectors).
+    /// `embed_tokens` + `lm_head` (+ the model-level vectors) when resident; the embedding row
+    /// window and the lm_head chunk slots when streamed.
     pub model_tables: u64,
-    /// Expert buffers (one routed expert each).
+    /// Expert-cache slots (one routed expert each, with alignment slack).
     pub expert_cache: u64,
     /// KDA Sᵀ + conv history of the bound KDA layers (MODEL.md §7).
     pub kda_state: u64,
@@ -178,10 +182,11 @@ impl MemoryPlan {
             None => "unknown".to_string(),
         };
         format!(
-            "memory plan: total {} of {} available\n  trunk resident {}, model tables {}, expert buffers {}, KDA state {}, MLA cache {}, scratch {}, tensor index {}, tokenizer {}",
+            "memory plan: total {} of {} available\n  trunk resident {}, trunk ring {}, model tables {}, expert cache {}, KDA state {}, MLA cache {}, scratch {}, tensor index {}, tokenizer {}",
             gb(self.total),
             avail,
             gb(self.trunk_resident),
+            gb(self.trunk_ring),
             gb(self.model_tables),
             gb(self.expert_cache),
             gb(self.kda_state),
@@ -203,4 +208,702 @@ pub fn gb(bytes: u64) -> String {
     } else {
         format!("{:.1} MB", bytes as f64 / 1e6)
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Budgets, presets and the streaming plan (ENGINE.md §4)
+// ---------------------------------------------------------------------------------------------
+
+/// One decimal gigabyte (ENGINE.md §3: sizes in GB are 10^9 bytes).
+pub const GB: f64 = 1e9;
+
+/// A published preset: trunk and expert-cache budgets; everything else is planned on top.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Preset {
+    /// `--preset` name.
+    pub name: &'static str,
+    /// Trunk budget, GB (pinned layers + ring slots).
+    pub trunk_gb: f64,
+    /// Expert-cache budget, GB.
+    pub cache_gb: f64,
+    /// Stream the embedding rows and the lm_head (the smallest budget: the released model
+    /// then plans within 8 GB, ENGINE.md §4).
+    pub stream_tables: bool,
+    /// Who it is for.
+    pub what: &'static str,
+}
+
+/// The presets of ENGINE.md §4, in ascending size.
+pub const PRESETS: &[Preset] = &[
+    Preset {
+        name: "ultra",
+        trunk_gb: 2.5,
+        cache_gb: 0.31,
+        stream_tables: true,
+        what: "8 GB machines: model tables streamed too",
+    },
+    Preset {
+        name: "laptop",
+        trunk_gb: 3.0,
+        cache_gb: 1.0,
+        stream_tables: false,
+        what: "16 GB laptops",
+    },
+    Preset {
+        name: "desktop",
+        trunk_gb: 16.0,
+        cache_gb: 10.0,
+        stream_tables: false,
+        what: "32-64 GB desktops",
+    },
+    Preset {
+        name: "workstation",
+        trunk_gb: 60.0,
+        cache_gb: 30.0,
+        stream_tables: false,
+        what: "128 GB workstations",
+    },
+    Preset {
+        name: "server",
+        trunk_gb: 110.0,
+        cache_gb: 13.0,
+        stream_tables: false,
+        what: "trunk fully resident (released model), small expert cache",
+    },
+    Preset {
+        name: "max",
+        trunk_gb: 110.0,
+        cache_gb: 109.0,
+        stream_tables: false,
+        what: "trunk fully resident and a large expert cache",
+    },
+];
+
+/// The preset called `name` (not `auto`).
+pub fn preset(name: &str) -> Option<&'static Preset> {
+    PRESETS.iter().find(|p| p.name == name)
+}
+
+/// The `--list-presets` text.
+pub fn presets_text() -> String {
+    let mut s = String::from(
+        "presets (--preset NAME; budgets in decimal GB; everything else — model tables, KDA state, MLA cache, scratch, index, tokenizer — is planned on top and shown):\n  auto          default: derived from MemAvailable and the cgroup limit, keeping a margin; trunk first until fully resident, then the model tables, then the expert cache\n",
+    );
+    for p in PRESETS {
+        s += &format!(
+            "  {:<13} trunk {:>5} GB, expert cache {:>6} GB{}  ({})\n",
+            p.name,
+            p.trunk_gb,
+            p.cache_gb,
+            if p.stream_tables {
+                ", model tables streamed"
+            } else {
+                ""
+            },
+            p.what
+        );
+    }
+    s += "  overrides: --mem-gb X (whole-process budget; not with a fixed preset), --trunk-gb X, --cache-gb X, --trunk-ring N, --cache-policy NAME\n";
+    s
+}
+
+/// Bytes a buffer for an `n`-byte payload takes (the widened direct-read window, FORMATS.md
+/// §6): what a pinned layer or a ring slot really costs.
+pub fn buffer_bytes(n: u64) -> u64 {
+    crate::io::window_capacity(n as usize).unwrap_or(usize::MAX) as u64
+}
+
+/// Which trunk layers are pinned and how the rest stream (ENGINE.md §5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrunkChoice {
+    /// Per bound layer: true if pinned (resident).
+    pub pinned: Vec<bool>,
+    /// Ring slots (0 when every layer is pinned).
+    pub ring_slots: usize,
+    /// Bytes of each ring slot (the largest unpinned layer's buffer).
+    pub slot_bytes: u64,
+    /// Bytes of the pinned layers' buffers.
+    pub pinned_bytes: u64,
+    /// Run bytes read per forward pass (the unpinned layers).
+    pub streamed_bytes: u64,
+    /// Why this choice, for the report.
+    pub reason: String,
+}
+
+impl TrunkChoice {
+    /// Pinned layers.
+    pub fn n_pinned(&self) -> usize {
+        self.pinned.iter().filter(|p| **p).count()
+    }
+    /// pinned + ring bytes.
+    pub fn bytes(&self) -> u64 {
+        self.pinned_bytes + self.ring_slots as u64 * self.slot_bytes
+    }
+}
+
+/// Compact list of layer indices: `0, 3-5, 9`.
+pub fn layer_list(ls: impl IntoIterator<Item = usize>) -> String {
+    let v: Vec<usize> = ls.into_iter().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        let mut j = i;
+        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
+            j += 1;
+        }
+        out.push(if j > i {
+            format!("{}-{}", v[i], v[j])
+        } else {
+            v[i].to_string()
+        });
+        i = j + 1;
+    }
+    if out.is_empty() {
+        "none".into()
+    } else {
+        out.join(", ")
+    }
+}
+
+/// The pinned set and ring of a trunk budget (the fixed point of ENGINE.md §4–§5).
+///
+/// `runs[l]` is layer l's run length; a pinned layer costs `buffer_bytes(run)`, and every ring
+/// slot must hold the largest *unpinned* layer — which depends on what is pinned, hence the
+/// fixed point. Among all pinned sets that fit `pinned + ring × slot ≤ budget`, the one
+/// streaming the fewest bytes per forward pass is chosen (ties: less memory). Layers of equal
+/// size are interchangeable for that count, so the search runs over how many of each size are
+/// pinned, and the pinned ones of a size are spread evenly over the walk (so streamed layers
+/// alternate with pinned ones and read-ahead has compute to hide behind).
+///
+/// `ring`: `Some(n)` forces n slots (≥ 1); `None` prefers 2 (read-ahead), else 1. When every
+/// layer fits, all are pinned and there is no ring.
+///
+/// Errors (exit 3): the budget cannot hold even the ring slot(s) for the largest layer; the
+/// message gives the minimum.
+pub fn choose_trunk(runs: &[u64], budget: u64, ring: Option<usize>) -> Result<TrunkChoice> {
+    let cost: Vec<u64> = runs.iter().map(|&r| buffer_bytes(r)).collect();
+    let all: u64 = cost.iter().sum();
+    let largest = cost.iter().copied().max().unwrap_or(0);
+    if all <= budget {
+        return Ok(TrunkChoice {
+            pinned: vec![true; runs.len()],
+            ring_slots: 0,
+            slot_bytes: 0,
+            pinned_bytes: all,
+            streamed_bytes: 0,
+            reason: format!(
+                "all {} layers pinned ({}): the trunk budget {} holds the whole trunk",
+                runs.len(),
+                gb(all),
+                gb(budget)
+            ),
+        });
+    }
+    // Size classes, largest first: (cost, run, layers ascending).
+    let mut classes: Vec<(u64, u64, Vec<usize>)> = Vec::new();
+    for (l, (&c, &r)) in cost.iter().zip(runs).enumerate() {
+        match classes.iter_mut().find(|k| k.0 == c) {
+            Some(k) => k.2.push(l),
+            None => classes.push((c, r, vec![l])),
+        }
+    }
+    classes.sort_by_key(|k| std::cmp::Reverse(k.0));
+    let rings: Vec<usize> = match ring {
+        Some(n) => vec![n.max(1)],
+        None => vec![2, 1],
+    };
+    let combos: u128 = classes.iter().map(|k| k.2.len() as u128 + 1).product();
+    for &r in &rings {
+        // Best (streamed, memory, counts).
+        let mut best: Option<(u64, u64, Vec<usize>)> = None;
+        let mut consider = |counts: &[usize]| {
+            let mut pinned = 0u64;
+            let mut streamed = 0u64;
+            let mut slot = 0u64;
+            for (k, &c) in classes.iter().zip(counts) {
+                pinned += c as u64 * k.0;
+                streamed += (k.2.len() - c) as u64 * k.1;
+                if c < k.2.len() {
+                    slot = slot.max(k.0);
+                }
+            }
+            if slot == 0 {
+                return; // all pinned: does not fit (checked above)
+            }
+            let mem = pinned + r as u64 * slot;
+            if mem > budget {
+                return;
+            }
+            if best.as_ref().is_none_or(|b| (streamed, mem) < (b.0, b.1)) {
+                best = Some((streamed, mem, counts.to_vec()));
+            }
+        };
+        if combos <= 4_000_000 {
+            let mut counts = vec![0usize; classes.len()];
+            loop {
+                consider(&counts);
+                // odometer
+                let mut i = 0;
+                loop {
+                    if i == counts.len() {
+                        break;
+                    }
+                    if counts[i] < classes[i].2.len() {
+                        counts[i] += 1;
+                        break;
+                    }
+                    counts[i] = 0;
+                    i += 1;
+                }
+                if i == counts.len() {
+                    break;
+                }
+            }
+        } else {
+            // Many distinct sizes: for each possible slot class, pin greedily largest first.
+            for j in 0..classes.len() {
+                let mut counts: Vec<usize> = classes.iter().map(|k| k.2.len()).collect();
+                counts[j] = 0;
+                let mut left = budget.saturating_sub(
+                    r as u64 * classes[j].0
+                        + classes[..j]
+                            .iter()
+                            .map(|k| k.0 * k.2.len() as u64)
+                            .sum::<u64>(),
+                );
+                for (i, k) in classes.iter().enumerate().skip(j) {
+                    let n = if i == j { k.2.len() - 1 } else { k.2.len() };
+                    let c = ((left / k.0) as usize).min(n);
+                    counts[i] = c;
+                    left -= c as u64 * k.0;
+                }
+                consider(&counts);
+            }
+        }
+        if let Some((streamed, _, counts)) = best {
+            let mut pinned = vec![false; runs.len()];
+            let mut slot = 0u64;
+            let mut slot_layer = 0usize;
+            for (k, &c) in classes.iter().zip(&counts) {
+                let n = k.2.len();
+                for i in 0..c {
+                    // spread c of n evenly
+                    let idx = ((2 * i + 1) * n) / (2 * c);
+                    pinned[k.2[idx.min(n - 1)]] = true;
+                }
+                if c < n && k.0 > slot {
+                    slot = k.0;
+                    slot_layer = *k.2.iter().find(|&&l| !pinned[l]).unwrap_or(&k.2[0]);
+                }
+            }
+            let pinned_bytes: u64 = (0..runs.len())
+                .filter(|&l| pinned[l])
+                .map(|l| cost[l])
+                .sum();
+            let n_p = pinned.iter().filter(|p| **p).count();
+            let mut reason = format!(
+                "pinned {n_p}/{} layers ({}): {}; ring {r} × {} (slots sized to the largest streamed layer, {slot_layer}); streams {} per forward pass",
+                runs.len(),
+                gb(pinned_bytes),
+                layer_list((0..runs.len()).filter(|&l| pinned[l])),
+                gb(slot),
+                gb(streamed)
+            );
+            let big = cost.iter().position(|&c| c == largest).unwrap_or(0);
+            if pinned[big] && classes.len() > 1 {
+                reason += &format!(
+                    "; layer {big} pinned because it is the largest ({}): streaming it would make every ring slot that big",
+                    gb(largest)
+                );
+            } else if !pinned[big] && n_p > 0 {
+                reason += &format!(
+                    "; the largest layer ({big}, {}) streams: pinning it does not fit next to the ring",
+                    gb(largest)
+                );
+            }
+            if ring.is_none() && r == 1 {
+                reason += "; one slot only (two do not fit): reads are synchronous";
+            } else if r >= 2 {
+                reason += "; the next streamed layer is read while the current one computes";
+            }
+            return Ok(TrunkChoice {
+                pinned,
+                ring_slots: r,
+                slot_bytes: slot,
+                pinned_bytes,
+                streamed_bytes: streamed,
+                reason,
+            });
+        }
+    }
+    let r = rings.last().copied().unwrap_or(1) as u64;
+    Err(Error::resources(format!(
+        "trunk budget {} is below the minimum {}: {} ring slot{} for the largest layer ({}); raise --trunk-gb or --mem-gb, or choose a larger preset",
+        gb(budget),
+        gb(r * largest),
+        r,
+        if r == 1 { "" } else { "s" },
+        gb(largest)
+    )))
+}
+
+/// How the run was asked to budget memory.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Budget {
+    /// A fixed preset, or None for `auto`.
+    pub preset: Option<&'static Preset>,
+    /// `--mem-gb` in bytes.
+    pub mem: Option<u64>,
+    /// `--trunk-gb` in bytes.
+    pub trunk: Option<u64>,
+    /// `--cache-gb` in bytes.
+    pub cache: Option<u64>,
+    /// `--trunk-ring`.
+    pub ring: Option<usize>,
+}
+
+/// The sizes of the model the planner needs (bytes unless said otherwise).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelSizes {
+    /// Run length of each bound layer (the layer buffer).
+    pub layer_runs: Vec<u64>,
+    /// Widened small vectors of all bound layers (always resident).
+    pub layer_vectors: u64,
+    /// `embed_tokens` bytes, and `lm_head` bytes (0 when tied).
+    pub embed: u64,
+    pub lm_head: u64,
+    /// Bytes of one table row (H × 2), and V.
+    pub row: u64,
+    pub vocab: usize,
+    /// Model-level vectors widened (norm, output AttnRes fold).
+    pub table_vectors: u64,
+    /// Bytes of one routed expert, the stride of a cache slot, experts of the bound MoE
+    /// layers, and top-k (0 experts when no MoE layer is bound).
+    pub expert: u64,
+    pub expert_stride: u64,
+    pub experts_total: usize,
+    pub top_k: usize,
+    /// KDA state, MLA cache, scratch (without the lm_head block), tokenizer, tensor index.
+    pub kda_state: u64,
+    pub mla_cache: u64,
+    pub scratch: u64,
+    pub tokenizer: u64,
+    pub tensor_index: u64,
+    /// Logits rows a forward keeps at once (for the lm_head block scratch).
+    pub logits_rows: usize,
+}
+
+/// The streaming configuration of a run and its memory plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunPlan {
+    /// The items (FORMATS.md §10 `memory.plan`).
+    pub memory: MemoryPlan,
+    /// `auto`, a preset name, or `mem-gb`.
+    pub budget_name: String,
+    /// The whole-process budget when one was given or derived (`--mem-gb`, auto).
+    pub budget: Option<u64>,
+    /// Trunk budget used for the pinned set.
+    pub trunk_budget: u64,
+    /// The pinned set and ring.
+    pub trunk: TrunkChoice,
+    /// Model tables streamed (embedding rows read per token, lm_head through chunk slots).
+    pub tables_streamed: bool,
+    /// lm_head rows per chunk when streamed.
+    pub head_chunk_rows: usize,
+    /// Expert-cache slots and bytes per slot.
+    pub cache_slots: usize,
+    pub cache_slot_bytes: u64,
+    /// Why this split, for the report.
+    pub notes: Vec<String>,
+}
+
+/// Share of the available memory `auto` leaves free: max(this × available, [`AUTO_MARGIN_MIN`]).
+pub const AUTO_MARGIN_SHARE: f64 = 0.10;
+/// At least this much is left free by `auto`.
+pub const AUTO_MARGIN_MIN: u64 = 500_000_000;
+/// Target bytes of one lm_head chunk slot when the tables stream.
+pub const HEAD_CHUNK_BYTES: u64 = 32 << 20;
+
+impl ModelSizes {
+    /// lm_head rows per chunk when streamed: about [`HEAD_CHUNK_BYTES`], and at most a quarter
+    /// of the table (so that even a tiny model streams its head in several chunks).
+    pub fn head_chunk_rows(&self) -> usize {
+        let by_bytes = (HEAD_CHUNK_BYTES / self.row.max(1)) as usize;
+        by_bytes.min(self.vocab.div_ceil(4)).max(1)
+    }
+    /// Model tables resident: both tables + the model-level vectors.
+    pub fn tables_resident(&self) -> u64 {
+        self.embed + self.lm_head + self.table_vectors
+    }
+    /// Model tables streamed: one embedding row window + two lm_head chunk slots (read-ahead)
+    /// + the model-level vectors.
+    pub fn tables_streamed(&self) -> u64 {
+        buffer_bytes(self.row)
+            + 2 * buffer_bytes(self.row * self.head_chunk_rows() as u64)
+            + self.table_vectors
+    }
+    /// Scratch including the lm_head block (rows × chunk rows fp32).
+    pub fn scratch_with_head(&self) -> u64 {
+        self.scratch + 4 * self.logits_rows as u64 * self.head_chunk_rows() as u64
+    }
+    /// The fixed items (independent of the budget split).
+    pub fn fixed(&self) -> u64 {
+        self.kda_state
+            + self.mla_cache
+            + self.scratch_with_head()
+            + self.tokenizer
+            + self.tensor_index
+            + self.layer_vectors
+    }
+    /// Minimum expert-cache bytes: top-k slots (0 without MoE layers).
+    pub fn cache_min(&self) -> u64 {
+        if self.experts_total == 0 {
+            0
+        } else {
+            self.top_k.min(self.experts_total) as u64 * self.expert_stride
+        }
+    }
+    /// Expert-cache bytes holding every bound expert.
+    pub fn cache_max(&self) -> u64 {
+        self.experts_total as u64 * self.expert_stride
+    }
+    /// The whole trunk pinned.
+    pub fn trunk_all(&self) -> u64 {
+        self.layer_runs.iter().map(|&r| buffer_bytes(r)).sum()
+    }
+    /// One ring slot for the largest layer.
+    pub fn trunk_min(&self) -> u64 {
+        self.layer_runs
+            .iter()
+            .map(|&r| buffer_bytes(r))
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Expert-cache slots for a cache budget, clamped to every bound expert.
+fn cache_slots(s: &ModelSizes, bytes: u64) -> usize {
+    if s.experts_total == 0 || s.expert_stride == 0 {
+        return 0;
+    }
+    ((bytes / s.expert_stride) as usize).min(s.experts_total)
+}
+
+/// Plans a run (ENGINE.md §4): resolves the budget into a trunk budget, model tables resident
+/// or streamed and expert-cache slots, chooses the pinned set ([`choose_trunk`]) and adds up
+/// every item. `available` is min(MemAvailable, cgroup headroom) when known.
+///
+/// * Preset: its trunk and cache budgets (overridable), tables resident except `ultra`;
+///   everything else on top.
+/// * `--mem-gb` or `auto` (available − max(10 %, 0.5 GB)): the fixed items first, then the
+///   trunk until fully resident (keeping top-k cache slots and streamed tables), then the
+///   model tables, then the expert cache up to every expert. `--trunk-gb`/`--cache-gb` fix
+///   their parts.
+///
+/// Errors (exit 3, before anything is allocated): a budget below its minimum (naming the
+/// minimum and the shortfall), a `--cache-gb` below top-k slots, a plan larger than the budget
+/// or than what is available. Exit 2: `--mem-gb` with a fixed preset.
+pub fn plan_run(s: &ModelSizes, b: &Budget, available: Option<u64>) -> Result<RunPlan> {
+    let mut notes = Vec::new();
+    if let Some(c) = b.cache {
+        if c < s.cache_min() {
+            return Err(Error::resources(format!(
+                "flag `--cache-gb {}`: the expert cache needs at least top-k = {} slots of {} bytes ({}), short by {}",
+                c as f64 / GB,
+                s.top_k,
+                s.expert_stride,
+                gb(s.cache_min()),
+                gb(s.cache_min() - c)
+            )));
+        }
+    }
+    if let Some(0) = b.ring {
+        return Err(Error::invalid("flag `--trunk-ring`: must be at least 1"));
+    }
+    let (budget_name, budget, trunk_budget, tables_streamed, cache_bytes) = match b.preset {
+        Some(p) => {
+            if b.mem.is_some() {
+                return Err(Error::invalid(format!(
+                    "flags `--preset {}` and `--mem-gb`: a fixed preset sets its own budgets; give one of them (or `--preset auto --mem-gb X`)",
+                    p.name
+                )));
+            }
+            let t = b.trunk.unwrap_or((p.trunk_gb * GB) as u64);
+            let c = b
+                .cache
+                .unwrap_or((p.cache_gb * GB) as u64)
+                .max(s.cache_min());
+            notes.push(format!(
+                "preset {}: trunk {}, expert cache {}{}; everything else on top",
+                p.name,
+                gb(t),
+                gb(c),
+                if p.stream_tables {
+                    ", model tables streamed"
+                } else {
+                    ""
+                }
+            ));
+            (p.name.to_string(), None, t, p.stream_tables, c)
+        }
+        None => {
+            let (name, m) = match (b.mem, available) {
+                (Some(m), _) => ("mem-gb".to_string(), m),
+                (None, Some(a)) => {
+                    let margin = ((a as f64 * AUTO_MARGIN_SHARE) as u64).max(AUTO_MARGIN_MIN);
+                    let m = a.saturating_sub(margin);
+                    notes.push(format!(
+                        "auto: {} available, {} kept free, budget {}",
+                        gb(a),
+                        gb(margin),
+                        gb(m)
+                    ));
+                    ("auto".to_string(), m)
+                }
+                (None, None) => {
+                    // Nothing known about the machine: plan the whole trunk, resident tables
+                    // and the minimal cache (the plan is printed either way).
+                    notes.push(
+                        "auto: available memory unknown; planning the trunk and tables resident and the smallest expert cache".into(),
+                    );
+                    let m = s.fixed()
+                        + b.trunk.unwrap_or(s.trunk_all())
+                        + s.tables_resident()
+                        + b.cache.unwrap_or(s.cache_min());
+                    ("auto".to_string(), m)
+                }
+            };
+            let fixed = s.fixed();
+            let min_total = fixed
+                + b.trunk.unwrap_or(s.trunk_min())
+                + s.tables_streamed()
+                + b.cache.unwrap_or(s.cache_min());
+            if m < min_total {
+                return Err(Error::resources(format!(
+                    "memory budget {} ({name}) is below the minimum {} for this model (fixed items {} incl. KDA state {} and MLA cache {}; trunk {}; streamed model tables {}; expert cache {}), short by {}; give a larger --mem-gb, fewer positions, or free memory",
+                    gb(m),
+                    gb(min_total),
+                    gb(fixed),
+                    gb(s.kda_state),
+                    gb(s.mla_cache),
+                    gb(b.trunk.unwrap_or(s.trunk_min())),
+                    gb(s.tables_streamed()),
+                    gb(b.cache.unwrap_or(s.cache_min())),
+                    gb(min_total - m)
+                )));
+            }
+            let w = m - fixed;
+            let cache_floor = b.cache.unwrap_or(s.cache_min());
+            let t = b.trunk.unwrap_or_else(|| {
+                s.trunk_all()
+                    .min(w.saturating_sub(cache_floor + s.tables_streamed()))
+            });
+            (name, Some(m), t, false, 0)
+        }
+    };
+    let trunk = choose_trunk(&s.layer_runs, trunk_budget, b.ring)?;
+    let (tables_streamed, cache_bytes) = match budget {
+        None => (tables_streamed, cache_bytes),
+        Some(m) => {
+            let w = m - s.fixed();
+            let cache_floor = b.cache.unwrap_or(s.cache_min());
+            let mut rest = w.saturating_sub(trunk.bytes() + cache_floor + s.tables_streamed());
+            let extra_tables = s.tables_resident().saturating_sub(s.tables_streamed());
+            let streamed = if extra_tables <= rest {
+                rest -= extra_tables;
+                false
+            } else {
+                notes.push(format!(
+                    "model tables streamed: resident they need {} more than the budget leaves",
+                    gb(extra_tables - rest)
+                ));
+                true
+            };
+            let c = match b.cache {
+                Some(c) => c,
+                None => s.cache_max().min(cache_floor + rest),
+            };
+            (streamed, c)
+        }
+    };
+    let slots = cache_slots(s, cache_bytes);
+    let model_tables = if tables_streamed {
+        s.tables_streamed()
+    } else {
+        s.tables_resident()
+    };
+    let mut p = MemoryPlan {
+        trunk_resident: trunk.pinned_bytes + s.layer_vectors,
+        trunk_ring: trunk.ring_slots as u64 * trunk.slot_bytes,
+        model_tables,
+        expert_cache: slots as u64 * s.expert_stride,
+        kda_state: s.kda_state,
+        mla_cache: s.mla_cache,
+        scratch: s.scratch_with_head(),
+        tokenizer: s.tokenizer,
+        tensor_index: s.tensor_index,
+        total: 0,
+        available,
+    };
+    p.total = p.trunk_resident
+        + p.trunk_ring
+        + p.model_tables
+        + p.expert_cache
+        + p.kda_state
+        + p.mla_cache
+        + p.scratch
+        + p.tokenizer
+        + p.tensor_index;
+    if let Some(m) = budget {
+        if p.total > m {
+            return Err(Error::resources(format!(
+                "memory plan {} exceeds the budget {} ({budget_name}), short by {}; lower --trunk-gb or --cache-gb, or raise --mem-gb",
+                gb(p.total),
+                gb(m),
+                gb(p.total - m)
+            )));
+        }
+    }
+    Ok(RunPlan {
+        memory: p,
+        budget_name,
+        budget,
+        trunk_budget,
+        trunk,
+        tables_streamed,
+        head_chunk_rows: s.head_chunk_rows(),
+        cache_slots: slots,
+        cache_slot_bytes: s.expert_stride,
+        notes,
+    })
+}
+
+/// Run length of layer `l`'s trunk from the catalogue (MODEL.md §4, §9: 2,341,213,184 B for
+/// the released layer 0): what the planner assumes before the checkpoint is indexed.
+pub fn layer_run_bytes(cfg: &crate::config::Config, l: usize) -> u64 {
+    crate::catalogue::layer_tensors(cfg, l)
+        .iter()
+        .map(|t| t.nbytes().unwrap_or(0))
+        .sum()
+}
+
+/// Bytes of layer `l`'s small vectors as bound (fp32), which stay resident even when its
+/// matrices stream.
+pub fn layer_vector_bytes(d: &Dims, l: usize) -> u64 {
+    let (h, pk, dk, hk, kc) = (
+        d.h as u64,
+        d.pk as u64,
+        d.dk as u64,
+        d.hk as u64,
+        d.kc as u64,
+    );
+    let mut f = 4 * h;
+    match d.kinds[l] {
+        crate::model::AttnKind::Kda => f += 3 * pk * kc + pk + dk + hk,
+        crate::model::AttnKind::Mla => f += d.rq as u64 + d.rkv as u64,
+    }
+    if l >= d.first_dense {
+        f += d.e as u64 + d.l as u64;
+    }
+    4 * f
 }

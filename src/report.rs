@@ -7,6 +7,9 @@ use crate::fnv::hex;
 use crate::json::{Object, Value};
 use crate::model::experts::ExpertStats;
 use crate::plan::{gb, MemoryPlan};
+use crate::stream::expert_cache::CacheStats;
+use crate::stream::tables::TableStats;
+use crate::stream::trunk::TrunkStats;
 use std::path::Path;
 
 /// One generated token (FORMATS.md §10 `steps`).
@@ -82,7 +85,40 @@ pub struct RunReport {
     pub experts: ExpertStats,
     /// Trunk bytes held resident.
     pub trunk_bytes: u64,
+    /// The trunk's configuration and counters.
+    pub trunk: TrunkReport,
+    /// The expert cache's policy and counters (evictions, hits, …).
+    pub cache_policy: String,
+    pub cache: CacheStats,
+    /// Bound experts (the share of the pool the cache holds is `expert_slots` ÷ this).
+    pub experts_bound: usize,
+    /// Model tables streamed, and their counters.
+    pub tables_streamed: bool,
+    pub tables: TableStats,
+    /// Budget name (`auto`, a preset, `mem-gb`) and the whole-process budget when known.
+    pub budget_name: String,
+    pub budget: Option<u64>,
     pub error: Option<Error>,
+}
+
+/// The trunk line and report (ENGINE.md §6; FORMATS.md §10 `trunk`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TrunkReport {
+    /// Read from a packed trunk, and `trunk.bin`'s length.
+    pub packed: bool,
+    pub packed_bytes: u64,
+    /// Pinned layers (indices) and their buffer bytes.
+    pub pinned: Vec<usize>,
+    pub pinned_bytes: u64,
+    /// Ring slots and bytes per slot.
+    pub ring_slots: usize,
+    pub slot_bytes: u64,
+    /// Bulk reads through O_DIRECT (false after a buffered fallback).
+    pub direct_io: bool,
+    /// Why this pinned set.
+    pub reason: String,
+    /// Counters.
+    pub stats: TrunkStats,
 }
 
 fn stats_obj(o: Object, s: &ExpertStats) -> Object {
@@ -126,10 +162,12 @@ impl RunReport {
                     .with("tokenizer", p.tokenizer)
                     .with("tensor_index", p.tensor_index)
                     .with("total", p.total)
-                    .with("available", p.available),
+                    .with("available", p.available)
+                    .with("budget", self.budget)
+                    .with("budget_name", self.budget_name.as_str()),
             )
         });
-        let e = &self.experts;
+        let (tr, c) = (&self.trunk, &self.cache);
         let wall = self.timing.wall_seconds;
         Object::new()
             .with("report_version", 1u64)
@@ -185,58 +223,48 @@ impl RunReport {
             .with(
                 "trunk",
                 Object::new()
-                    .with("packed", false)
-                    .with("packed_bytes", 0u64)
-                    .with("pinned_layers", self.layers_bound)
-                    .with("pinned_bytes", self.trunk_bytes)
-                    .with("ring_slots", 0u64)
-                    .with("slot_bytes", 0u64)
-                    .with("direct_io", false)
-                    .with(
-                        "deterministic_hit_rate",
-                        if self.layers_bound > 0 { 1.0 } else { 0.0 },
-                    )
-                    .with("binds", 0u64)
-                    .with("hits", 0u64)
-                    .with("bytes_read", 0u64)
-                    .with("read_seconds", 0.0),
+                    .with("packed", tr.packed)
+                    .with("packed_bytes", tr.packed_bytes)
+                    .with("pinned_layers", tr.pinned.len())
+                    .with("pinned_bytes", tr.pinned_bytes)
+                    .with("ring_slots", tr.ring_slots)
+                    .with("slot_bytes", tr.slot_bytes)
+                    .with("direct_io", tr.direct_io)
+                    .with("deterministic_hit_rate", self.deterministic_hit_rate())
+                    .with("binds", tr.stats.binds)
+                    .with("hits", tr.stats.hits)
+                    .with("bytes_read", tr.stats.bytes_read)
+                    .with("read_seconds", tr.stats.read_seconds)
+                    .with("reads", tr.stats.reads)
+                    .with("reads_ahead", tr.stats.reads_ahead)
+                    .with("wait_seconds", tr.stats.wait_seconds)
+                    .with("pinned", tr.pinned.clone())
+                    .with("reason", tr.reason.as_str()),
             )
             .with(
                 "expert_cache",
                 Object::new()
                     .with("slots", self.expert_slots)
                     .with("slot_bytes", self.expert_slot_bytes)
-                    .with("requests", e.requests)
-                    .with("hits", e.resident_hits)
-                    .with("prefetch_reads", 0u64)
-                    .with("true_resident_hits", e.resident_hits)
-                    .with(
-                        "true_resident_hit_rate",
-                        if e.requests > 0 {
-                            e.resident_hits as f64 / e.requests as f64
-                        } else {
-                            0.0
-                        },
-                    )
-                    .with("reads", e.reads)
-                    .with("evictions", 0u64)
-                    .with("bytes_read", e.bytes_read)
-                    .with("read_seconds", e.read_seconds),
+                    .with("policy", self.cache_policy.as_str())
+                    .with("requests", c.requests)
+                    .with("hits", c.hits)
+                    .with("prefetch_reads", c.prefetch_reads)
+                    .with("true_resident_hits", c.true_resident_hits)
+                    .with("true_resident_hit_rate", c.true_resident_hit_rate())
+                    .with("reads", c.reads)
+                    .with("evictions", c.evictions)
+                    .with("bytes_read", c.bytes_read)
+                    .with("read_seconds", c.read_seconds),
             )
             .with(
                 "io",
                 Object::new()
-                    .with("embedding_bytes_read", 0u64)
-                    .with("lm_head_bytes_read", 0u64)
-                    .with("model_table_read_seconds", 0.0)
-                    .with(
-                        "io_share",
-                        if wall > 0.0 {
-                            e.read_seconds / wall
-                        } else {
-                            0.0
-                        },
-                    ),
+                    .with("embedding_bytes_read", self.tables.embedding_bytes_read)
+                    .with("lm_head_bytes_read", self.tables.lm_head_bytes_read)
+                    .with("model_table_read_seconds", self.tables.read_seconds)
+                    .with("model_tables_streamed", self.tables_streamed)
+                    .with("io_share", self.io_share()),
             )
             .with(
                 "state",
@@ -257,6 +285,64 @@ impl RunReport {
                 }),
             )
             .into()
+    }
+
+    /// pinned ÷ bound layers (ENGINE.md §5: pinning hits exactly that share).
+    pub fn deterministic_hit_rate(&self) -> f64 {
+        if self.layers_bound == 0 {
+            0.0
+        } else {
+            self.trunk.pinned.len() as f64 / self.layers_bound as f64
+        }
+    }
+
+    /// (trunk + expert + model-table read seconds) ÷ wall seconds (FORMATS.md §10; may
+    /// exceed 1 when reads overlap each other or compute).
+    pub fn io_share(&self) -> f64 {
+        let w = self.timing.wall_seconds;
+        if w > 0.0 {
+            (self.trunk.stats.read_seconds + self.cache.read_seconds + self.tables.read_seconds) / w
+        } else {
+            0.0
+        }
+    }
+
+    /// The trunk line printed before the run (ENGINE.md §6).
+    pub fn trunk_line(&self) -> String {
+        let tr = &self.trunk;
+        format!(
+            "trunk: {}, pinned {}/{} layers ({}), ring {} × {}, {}, deterministic trunk hit rate {:.1} %\n  {}",
+            if tr.packed {
+                format!("packed ({})", gb(tr.packed_bytes))
+            } else {
+                "read from the shards (not packed)".to_string()
+            },
+            tr.pinned.len(),
+            self.layers_bound,
+            gb(tr.pinned_bytes),
+            tr.ring_slots,
+            gb(tr.slot_bytes),
+            if tr.direct_io { "O_DIRECT" } else { "buffered + DONTNEED" },
+            100.0 * self.deterministic_hit_rate(),
+            tr.reason
+        )
+    }
+
+    /// The expert-cache line printed before the run (ENGINE.md §6).
+    pub fn cache_line(&self) -> String {
+        format!(
+            "expert cache: {} slots × {} B ({}), {:.1} % of the {} bound experts, policy {}",
+            self.expert_slots,
+            self.expert_slot_bytes,
+            gb(self.expert_slots as u64 * self.expert_slot_bytes),
+            if self.experts_bound > 0 {
+                100.0 * self.expert_slots as f64 / self.experts_bound as f64
+            } else {
+                0.0
+            },
+            self.experts_bound,
+            self.cache_policy
+        )
     }
 
     /// Writes the JSON to `path` via `<path>.tmp` and a rename (never a half-written report).
@@ -295,18 +381,11 @@ impl RunReport {
     pub fn summary_lines(&self) -> String {
         let n = self.generated_ids.len();
         let spt = self.timing.seconds_per_token(n);
-        let e = &self.experts;
+        let c = &self.cache;
         let t = &self.timing;
-        let mbs = if e.read_seconds > 0.0 {
-            e.bytes_read as f64 / 1e6 / e.read_seconds
-        } else {
-            0.0
-        };
-        let io_share = if t.wall_seconds > 0.0 {
-            e.read_seconds / t.wall_seconds
-        } else {
-            0.0
-        };
+        let tr = &self.trunk.stats;
+        let rate = |b: u64, s: f64| if s > 0.0 { b as f64 / 1e6 / s } else { 0.0 };
+        let io_share = self.io_share();
         let mut s = String::new();
         s += &format!(
             "summary: {} prompt + {n} generated tokens, {:.3} s wall (load {:.3} s, prefill {:.3} s, decode {:.3} s), {:.4} s/token, {:.2} tokens/s, stop: {}\n",
@@ -320,17 +399,36 @@ impl RunReport {
             self.stop_reason
         );
         s += &format!(
-            "experts: {} requests, {} true resident hits, {} reads, 0 evictions, {} read at {:.1} MB/s\n",
-            e.requests,
-            e.resident_hits,
-            e.reads,
-            gb(e.bytes_read),
-            mbs
+            "expert cache: {} requests, {} true resident hits ({:.1} %), {} hits, {} reads, {} evictions, {} read in {:.3} s ({:.1} MB/s)\n",
+            c.requests,
+            c.true_resident_hits,
+            100.0 * c.true_resident_hit_rate(),
+            c.hits,
+            c.reads,
+            c.evictions,
+            gb(c.bytes_read),
+            c.read_seconds,
+            rate(c.bytes_read, c.read_seconds)
         );
         s += &format!(
-            "trunk: resident, {} binds from memory, 0 GB read\n",
-            self.layers_bound
+            "trunk: {} binds, {} hits, {} reads ({} ahead), {} read in {:.3} s ({:.1} MB/s), {:.3} s waited\n",
+            tr.binds,
+            tr.hits,
+            tr.reads,
+            tr.reads_ahead,
+            gb(tr.bytes_read),
+            tr.read_seconds,
+            rate(tr.bytes_read, tr.read_seconds),
+            tr.wait_seconds
         );
+        if self.tables_streamed {
+            s += &format!(
+                "model tables: streamed, embedding {} and lm_head {} read in {:.3} s\n",
+                gb(self.tables.embedding_bytes_read),
+                gb(self.tables.lm_head_bytes_read),
+                self.tables.read_seconds
+            );
+        }
         s += &format!("I/O share of wall clock: {:.1} %\n", io_share * 100.0);
         s += &format!(
             "logits hash: {} ({} vectors)\n",

@@ -6,6 +6,7 @@ use std::ffi::OsString;
 
 pub mod args;
 pub mod inspect;
+pub mod pack_trunk;
 pub mod run;
 pub mod sim_cache;
 pub mod tokenize;
@@ -51,12 +52,17 @@ fn dispatch(args: Vec<OsString>) -> Result<()> {
         "inspect" => inspect::run(&args[1..]),
         "tokenize" => tokenize::run_tokenize(&args[1..]),
         "detokenize" => tokenize::run_detokenize(&args[1..]),
+        "--list-presets" => {
+            print!("{}", crate::plan::presets_text());
+            Ok(())
+        }
         "--version" | "-V" => {
             println!("k3 {} ({})", crate::VERSION, crate::GIT_COMMIT);
             Ok(())
         }
         "run" => run::run(&args[1..]),
         "sim-cache" => sim_cache::run(&args[1..]),
+        "pack-trunk" => pack_trunk::run(&args[1..]),
         // Anything else that is not a flag is the model directory of the main job.
         _ if !first.starts_with('-') => run::run(&args),
         _ => Err(Error::invalid(format!(

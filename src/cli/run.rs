@@ -12,9 +12,13 @@ use crate::error::{Error, Result};
 use crate::model::experts::{ExpertSource, ExpertStats};
 use crate::model::state::DecodeState;
 use crate::model::{self, mla::MLA_FORM, Dims, Exec, LogitRows};
-use crate::plan::{MemoryPlan, PlanInput};
+use crate::plan::{plan_run, Budget, ModelSizes, GB};
 use crate::report::{RunReport, StepReport};
+use crate::stream::bind::{self, StreamConfig};
+use crate::stream::pack::PackedTrunk;
+use crate::stream::policy::{DEFAULT_POLICY, POLICY_NAMES};
 use crate::stream::trace::TraceWriter;
+use crate::stream::trunk::StreamedTrunk;
 use k3_kernels::{Fnv1a64, Isa, Kernels};
 use std::ffi::OsString;
 use std::io::Write;
@@ -70,19 +74,20 @@ usage: k3 <model_dir> [options]   (also: k3 run <model_dir> [options])
   --out FILE           JSON report;  --dump-logits PATH  f32 rows [rows, vocab]
   --dump-cache-trace DIR   expert_trace.bin + expert_hist.json
   --quiet, --no-progress
-Not supported yet (refused): --mem-gb, --trunk, --trunk-gb, --trunk-ring, --cache-gb,
-  --cache-policy, --preset other than auto, sampling (--temperature other than 0, --top-p,
-  --top-k, --seed), --save-state, --load-state.
+Memory (decimal GB, fractions allowed; see k3 --list-presets):
+  --preset NAME        auto (default), ultra, laptop, desktop, workstation, server, max
+  --mem-gb X           whole-process budget (trunk first, then model tables, then expert cache)
+  --trunk DIR          a packed trunk (k3 pack-trunk) to stream the trunk from
+  --trunk-gb X         trunk budget: pinned layers + ring slots
+  --trunk-ring N       ring slots (default 2 when streaming and they fit, else 1)
+  --cache-gb X         expert-cache budget (at least top-k experts)
+  --cache-policy NAME  lru, fifo, sieve, s3-fifo, arc, 2q, lfu-da, lfu (default lfu)
+Not supported yet (refused): sampling (--temperature other than 0, --top-p, --top-k, --seed),
+  --save-state, --load-state.
 ";
 
 /// Flags of ENGINE.md §3 that belong to later work: refused, never silently ignored.
 const NOT_YET: &[(&str, &str)] = &[
-    ("mem-gb", "memory budgets"),
-    ("trunk", "packed trunks"),
-    ("trunk-gb", "trunk budgets"),
-    ("trunk-ring", "the trunk ring"),
-    ("cache-gb", "the expert cache"),
-    ("cache-policy", "the expert cache"),
     ("top-p", "sampling"),
     ("top-k", "sampling"),
     ("seed", "sampling"),
@@ -108,6 +113,29 @@ struct Request {
     quiet: bool,
     no_progress: bool,
     trace_dir: Option<PathBuf>,
+    budget: Budget,
+    trunk_dir: Option<PathBuf>,
+    policy: String,
+}
+
+/// A budget flag in decimal GB: a finite number > 0 (fractions allowed), as bytes.
+fn gb_flag(a: &Args, name: &str) -> Result<Option<u64>> {
+    match a.value(name)? {
+        None => Ok(None),
+        Some(v) => {
+            let x: f64 = v.trim().parse().map_err(|_| {
+                Error::invalid(format!(
+                    "flag `--{name} {v}`: expected a number of decimal GB (fractions allowed)"
+                ))
+            })?;
+            if !x.is_finite() || x <= 0.0 || x * GB >= u64::MAX as f64 {
+                return Err(Error::invalid(format!(
+                    "flag `--{name} {v}`: expected a positive number of decimal GB"
+                )));
+            }
+            Ok(Some((x * GB) as u64))
+        }
+    }
 }
 
 fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
@@ -129,10 +157,52 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
             )));
         }
     }
-    if let Some(p) = a.value("preset")? {
-        if p != "auto" {
+    let preset = match a.value("preset")? {
+        None => None,
+        Some(p) if p == "auto" => None,
+        Some(p) => Some(crate::plan::preset(&p).ok_or_else(|| {
+            Error::invalid(format!(
+                "flag `--preset {p}`: unknown preset (known: auto, {}; see k3 --list-presets)",
+                crate::plan::PRESETS
+                    .iter()
+                    .map(|p| p.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?),
+    };
+    let ring = a.parsed::<usize>("trunk-ring", "a positive integer")?;
+    if ring == Some(0) {
+        return Err(Error::invalid("flag `--trunk-ring`: must be at least 1"));
+    }
+    let budget = Budget {
+        preset,
+        mem: gb_flag(&a, "mem-gb")?,
+        trunk: gb_flag(&a, "trunk-gb")?,
+        cache: gb_flag(&a, "cache-gb")?,
+        ring,
+    };
+    if let (Some(p), Some(_)) = (preset, budget.mem) {
+        return Err(Error::invalid(format!(
+            "flags `--preset {}` and `--mem-gb`: a fixed preset sets its own budgets; give one of them",
+            p.name
+        )));
+    }
+    let policy = a
+        .value("cache-policy")?
+        .unwrap_or_else(|| DEFAULT_POLICY.to_string());
+    if !POLICY_NAMES.contains(&policy.as_str()) {
+        return Err(Error::invalid(format!(
+            "flag `--cache-policy {policy}`: unknown policy (known: {})",
+            POLICY_NAMES.join(", ")
+        )));
+    }
+    let trunk_dir = a.value_os("trunk").map(PathBuf::from);
+    if let Some(t) = &trunk_dir {
+        if !t.is_dir() {
             return Err(Error::invalid(format!(
-                "flag `--preset {p}`: not supported yet (budgets are later work; `auto` runs fully resident)"
+                "flag `--trunk {}`: not a directory (write a packed trunk with `k3 pack-trunk <model_dir> <out_dir>`)",
+                t.display()
             )));
         }
     }
@@ -220,6 +290,9 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
         quiet,
         no_progress: a.switch("no-progress"),
         trace_dir: a.value_os("dump-cache-trace").map(PathBuf::from),
+        budget,
+        trunk_dir,
+        policy,
         args: a,
     }))
 }
@@ -418,50 +491,119 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
         census.check(&req.model_dir.display().to_string())?;
     }
     let want_all = req.dump_logits.is_some() || req.gen == 0;
-    let expert_buffers = d.kt;
-    let mut plan = MemoryPlan::resident(
-        &d,
-        &PlanInput {
-            layers,
-            positions,
-            chunk: req.chunk.min(positions.max(1)),
-            logits_rows: if want_all { req.chunk } else { 1 },
-            expert_buffers,
-            expert_bytes: model::experts::PreadExperts::slot_bytes(model::experts::ExpertShape {
-                inter: d.i,
-                latent: d.l,
-            }),
-            tensor_index: index.heap_bytes() as u64,
-            tokenizer: tokenizer_bytes(&req.args, &req.model_dir),
-        },
-    );
-    plan.available = crate::io::sys::memory_available().available();
-    say(&plan.lines());
+    // Layouts (no tensor read), the packed trunk (validated), then the plan: all before any
+    // large allocation.
+    let prep = bind::prepare(&index, &cfg, layers)?;
+    let packed = match &req.trunk_dir {
+        Some(dir) => {
+            if layers < d.nl {
+                return Err(Error::invalid(format!(
+                    "flags `--trunk` and `--layers {layers}`: a packed trunk covers the whole model; drop one of them"
+                )));
+            }
+            let (pt, bin) = PackedTrunk::open(dir, &cfg, &index)?;
+            Some((pt, std::sync::Arc::new(bin)))
+        }
+        None => None,
+    };
+    let logits_rows = if want_all { req.chunk } else { 1 };
+    let chunk = req.chunk.min(positions.max(1));
+    let moe_bound = (0..layers).filter(|&l| l >= d.first_dense).count();
+    let expert_bytes = model::expert_bytes(&d);
+    let sizes = ModelSizes {
+        layer_runs: prep.layouts.iter().map(|l| l.bytes).collect(),
+        layer_vectors: (0..layers)
+            .map(|l| crate::plan::layer_vector_bytes(&d, l))
+            .sum(),
+        embed: prep.tables.embed.len,
+        lm_head: prep.tables.lm_head.as_ref().map(|m| m.len).unwrap_or(0),
+        row: 2 * d.h as u64,
+        vocab: d.v,
+        table_vectors: 2 * d.h as u64 * 4,
+        expert: expert_bytes,
+        expert_stride: crate::plan::buffer_bytes(expert_bytes),
+        experts_total: moe_bound * d.e,
+        top_k: d.kt,
+        kda_state: DecodeState::kda_bytes(&d, layers),
+        mla_cache: DecodeState::mla_bytes(&d, layers, positions.max(1)),
+        scratch: crate::plan::scratch_bytes(&d, chunk, logits_rows),
+        tokenizer: tokenizer_bytes(&req.args, &req.model_dir),
+        tensor_index: index.heap_bytes() as u64,
+        logits_rows,
+    };
+    let available = crate::io::sys::memory_available().available();
+    let rp = plan_run(&sizes, &req.budget, available)?;
+    let plan = rp.memory.clone();
+    say(&format!(
+        "{}\n  budget: {}{}{}",
+        plan.lines(),
+        rp.budget_name,
+        rp.budget
+            .map(|b| format!(" {}", crate::plan::gb(b)))
+            .unwrap_or_default(),
+        rp.notes
+            .iter()
+            .map(|n| format!("; {n}"))
+            .collect::<String>()
+    ));
     rep.plan = Some(plan.clone());
+    rep.budget_name = rp.budget_name.clone();
+    rep.budget = rp.budget;
     plan.check()?;
-    let bound = model::bind_resident(&index, &cfg, layers, expert_buffers)?;
+    let conf = StreamConfig {
+        pinned: &rp.trunk.pinned,
+        ring_slots: rp.trunk.ring_slots,
+        tables_streamed: rp.tables_streamed,
+        head_chunk_rows: rp.head_chunk_rows,
+        cache_slots: rp.cache_slots,
+        policy: &req.policy,
+        packed: packed
+            .as_ref()
+            .map(|(pt, bin)| (pt, std::sync::Arc::clone(bin))),
+        expert_io_threads: 4,
+    };
+    let bound = bind::bind(&index, &cfg, &prep, &conf)?;
     let (model, mut trunk) = (bound.model, bound.trunk);
     let trace = match &req.trace_dir {
         Some(dir) => Some(TraceWriter::create(dir, d.nl as u32, d.e as u32)?),
         None => None,
     };
+    let (slots, stride, policy) = bound.experts.geometry();
     let mut experts = Traced {
         inner: bound.experts,
         trace,
     };
     rep.weights_tag = Some(index.weights_tag(&census.bound_shards())?);
-    rep.trunk_bytes = plan.trunk_resident;
-    rep.expert_slots = expert_buffers;
-    rep.expert_slot_bytes = model::expert_bytes(&d);
+    rep.trunk_bytes = rp.trunk.pinned_bytes;
+    rep.trunk = crate::report::TrunkReport {
+        packed: packed.is_some(),
+        packed_bytes: packed.as_ref().map(|(_, b)| b.len_at_open()).unwrap_or(0),
+        pinned: (0..layers).filter(|&l| rp.trunk.pinned[l]).collect(),
+        pinned_bytes: rp.trunk.pinned_bytes,
+        ring_slots: rp.trunk.ring_slots,
+        slot_bytes: rp.trunk.slot_bytes,
+        direct_io: crate::io::file::buffered_fallback_count() == 0,
+        reason: rp.trunk.reason.clone(),
+        stats: Default::default(),
+    };
+    rep.expert_slots = slots;
+    rep.expert_slot_bytes = stride as u64;
+    rep.cache_policy = policy.to_string();
+    rep.experts_bound = moe_bound * d.e;
+    rep.tables_streamed = rp.tables_streamed;
     rep.timing.load_seconds = t_load.elapsed().as_secs_f64();
+    say(&rep.trunk_line());
+    say(&rep.cache_line());
     say(&format!(
-        "trunk: resident (not packed, no ring), {layers}/{} layers pinned ({}), read with O_DIRECT where the file system allows, deterministic trunk hit rate 100 %",
-        d.nl,
-        crate::plan::gb(plan.trunk_resident)
-    ));
-    say(&format!(
-        "experts: read on demand with pread into {expert_buffers} buffers x {} B (no cache yet)",
-        model::expert_bytes(&d)
+        "model tables: {}",
+        if rp.tables_streamed {
+            format!(
+                "streamed (embedding rows read per token; lm_head in chunks of {} rows through 2 slots)",
+                rp.head_chunk_rows
+            )
+        } else {
+            format!("resident ({})", crate::plan::gb(plan.model_tables))
+        }
     ));
 
     let mut state = DecodeState::new(&d, layers, positions.max(1));
@@ -478,7 +620,7 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
     // rows go to `sink` as they are computed (never more than one chunk held); returns the last
     // position's logits.
     let forward_chunks = |state: &mut DecodeState,
-                          trunk: &mut model::ResidentTrunk,
+                          trunk: &mut StreamedTrunk,
                           experts: &mut dyn ExpertSource,
                           ids: &[u32],
                           all: bool,
@@ -556,6 +698,12 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
     let mut step_stats = diff(experts.stats(), s0);
     let mut full = ids.clone();
     let mut printed = false;
+    // Text and step lines on the same terminal would interleave mid-line: then the step
+    // lines follow the generated text (ENGINE.md §6 content, cleanly separated).
+    let defer_steps = printer.is_some()
+        && crate::io::sys::stdout_is_terminal()
+        && crate::io::sys::stderr_is_terminal();
+    let mut deferred: Vec<String> = Vec::new();
     for step in 0..req.gen {
         // The forward refused non-finite logits, so the argmax is over finite values.
         let tok = k3_kernels::argmax(&logits)
@@ -580,7 +728,11 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
         }
         printed = true;
         if !quiet {
-            eprintln!("{}", rep.step_line(step));
+            if defer_steps {
+                deferred.push(rep.step_line(step));
+            } else {
+                eprintln!("{}", rep.step_line(step));
+            }
         }
         if end_ids.contains(&tok) {
             rep.stop_reason = "end_of_turn".to_string();
@@ -640,6 +792,13 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
     }
     rep.logits_hash = hash.finish();
     rep.experts = experts.stats();
+    rep.cache = experts.inner.cache_stats();
+    rep.trunk.stats = trunk.stats();
+    rep.tables = trunk.table_stats();
+    rep.trunk.direct_io = crate::io::file::buffered_fallback_count() == 0;
+    for line in deferred {
+        eprintln!("{line}");
+    }
     rep.timing.wall_seconds = wall.elapsed().as_secs_f64();
     Ok(())
 }

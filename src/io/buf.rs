@@ -110,6 +110,31 @@ impl AlignedBuf {
     }
 }
 
+#[cfg(target_endian = "big")]
+compile_error!(
+    "k3 reads BF16 weights as little-endian u16 in place: big-endian targets are not supported"
+);
+
+impl AlignedBuf {
+    /// The `n` little-endian `u16` values starting at byte `byte_off` (which must be even:
+    /// the buffer is 4096-aligned, so the values are then aligned), for BF16 weights read
+    /// straight into the buffer. `None` if `byte_off` is odd or the range is out of bounds.
+    pub fn u16s(&self, byte_off: usize, n: usize) -> Option<&[u16]> {
+        let end = n.checked_mul(2)?.checked_add(byte_off)?;
+        if byte_off % 2 != 0 || end > self.len {
+            return None;
+        }
+        // SAFETY: the range [byte_off, end) lies inside the mapping's initialised bytes (checked
+        // above); the base is 4096-aligned and byte_off even, so the pointer is aligned for u16;
+        // every bit pattern is a valid u16; the borrow of `self` keeps the mapping alive and
+        // immutable for the slice's lifetime. Little-endian targets only (compile_error above),
+        // so the values equal u16::from_le_bytes of the file bytes.
+        Some(unsafe {
+            std::slice::from_raw_parts(self.ptr.as_ptr().add(byte_off) as *const u16, n)
+        })
+    }
+}
+
 impl Deref for AlignedBuf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
@@ -154,6 +179,16 @@ mod tests {
             }
             assert!(b.iter().enumerate().all(|(i, &x)| x == i as u8));
         }
+    }
+
+    #[test]
+    fn u16_views_are_little_endian_and_checked() {
+        let mut b = AlignedBuf::new(10).unwrap();
+        b[2..6].copy_from_slice(&[0x34, 0x12, 0xcd, 0xab]);
+        assert_eq!(b.u16s(2, 2).unwrap(), &[0x1234, 0xabcd]);
+        assert!(b.u16s(1, 1).is_none());
+        assert!(b.u16s(8, 2).is_none());
+        assert_eq!(b.u16s(10, 0).unwrap().len(), 0);
     }
 
     #[test]

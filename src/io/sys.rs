@@ -6,11 +6,22 @@
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
-/// Peak resident set size of this process so far, in bytes (`getrusage(RUSAGE_SELF)`,
-/// `ru_maxrss`: KiB on Linux, bytes on macOS). The figure to quote after a run.
+/// Peak resident set size of this process so far, in bytes: the figure to quote after a run.
+///
+/// On Linux this is `VmHWM` of `/proc/self/status`, the high-water mark of this program's own
+/// address space. `getrusage`'s `ru_maxrss` is not used there because it survives `execve`: a
+/// process started by a large parent (a test harness, an IDE) would report the parent's RSS at
+/// the fork. Elsewhere, or if `/proc` is unreadable, `getrusage(RUSAGE_SELF)` `ru_maxrss` (KiB
+/// on Linux, bytes on macOS).
 ///
 /// Errors: exit 1 if `getrusage` fails (it cannot with these arguments).
 pub fn peak_rss_bytes() -> Result<u64> {
+    if let Some(v) = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|t| parse_status_kib(&t, "VmHWM:"))
+    {
+        return Ok(v);
+    }
     // SAFETY: rusage is plain old data; getrusage writes it fully on success.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: valid pointer to a live rusage, RUSAGE_SELF is always accepted.
@@ -27,6 +38,19 @@ pub fn peak_rss_bytes() -> Result<u64> {
     } else {
         Ok(v.saturating_mul(1024))
     }
+}
+
+/// A `kB` line of `/proc/<pid>/status` (e.g. `VmHWM:    9000 kB`), in bytes.
+pub fn parse_status_kib(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let rest = line.strip_prefix(key)?;
+        let mut it = rest.split_whitespace();
+        let n: u64 = it.next()?.parse().ok()?;
+        match it.next() {
+            Some("kB") => n.checked_mul(1024),
+            _ => None,
+        }
+    })
 }
 
 /// `MemAvailable` of a `/proc/meminfo` text, in bytes; `None` if absent or malformed.
@@ -270,6 +294,30 @@ fn read_limit(dir: &Path, v: CgroupVersion) -> Option<CgroupMemory> {
     })
 }
 
+/// Tells the kernel that bytes [offset, offset + len) of `file` will not be needed again
+/// (`posix_fadvise(POSIX_FADV_DONTNEED)`), so writing or reading gigabytes (pack-trunk) does
+/// not grow the page cache past the memory budget. Advisory: a failure changes nothing but
+/// page-cache residency. Dirty pages must have been written back first (`sync_data`) for the
+/// advice to drop them.
+pub fn drop_file_cache(file: &std::fs::File, offset: u64, len: u64) {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: posix_fadvise only reads its integer arguments; the descriptor is open for
+        // the duration of the borrow.
+        unsafe {
+            libc::posix_fadvise(
+                file.as_raw_fd(),
+                offset as libc::off_t,
+                len as libc::off_t,
+                libc::POSIX_FADV_DONTNEED,
+            );
+        }
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = (file, offset, len);
+}
+
 /// True if standard error is a terminal (progress is shown only there, ENGINE.md §3).
 pub fn stderr_is_terminal() -> bool {
     use std::io::IsTerminal;
@@ -299,6 +347,14 @@ mod tests {
         assert_eq!(unescape_mount("/a\\040b"), "/a b");
         assert_eq!(unescape_mount("/a\\\\"), "/a\\\\");
         assert_eq!(unescape_mount("/plain"), "/plain");
+    }
+
+    #[test]
+    fn status_lines() {
+        let t = "VmPeak:\t  100 kB\nVmHWM:\t    9000 kB\n";
+        assert_eq!(parse_status_kib(t, "VmHWM:"), Some(9000 * 1024));
+        assert_eq!(parse_status_kib(t, "VmRSS:"), None);
+        assert_eq!(parse_status_kib("VmHWM: 5 MB\n", "VmHWM:"), None);
     }
 
     #[test]

@@ -241,9 +241,11 @@ impl IoThreads {
         {
             let mut st = lock(&self.shared.state);
             st.jobs.push_back(Box::new(move || {
+                let t0 = std::time::Instant::now();
                 let r = file.read_window(offset, len, &mut buf);
+                let secs = t0.elapsed().as_secs_f64();
                 // The receiver may be gone (a failed run dropped the ticket); nothing to do.
-                let _ = tx.send((buf, r));
+                let _ = tx.send((buf, r, secs));
             }));
         }
         self.shared.cv.notify_one();
@@ -254,7 +256,7 @@ impl IoThreads {
 /// A read queued with [`IoThreads::submit`].
 #[derive(Debug)]
 pub struct ReadTicket {
-    rx: mpsc::Receiver<(AlignedBuf, Result<ReadDone>)>,
+    rx: mpsc::Receiver<(AlignedBuf, Result<ReadDone>, f64)>,
     what: String,
 }
 
@@ -263,13 +265,28 @@ impl ReadTicket {
     ///
     /// Errors: the read's error (exit 4); exit 1 if the I/O thread died.
     pub fn wait(self) -> Result<(AlignedBuf, ReadDone)> {
+        let (buf, r) = self.wait_keep();
+        match (buf, r) {
+            (Some(buf), Ok((done, _))) => Ok((buf, done)),
+            (_, Err(e)) => Err(e),
+            (None, Ok(_)) => Err(Error::internal("read finished without its buffer")),
+        }
+    }
+
+    /// As [`ReadTicket::wait`], but hands the buffer back also when the read failed (so a
+    /// ring slot is not lost), with the seconds the I/O thread spent in the read. The buffer
+    /// is `None` only if the I/O thread died (then the result is an exit-1 error).
+    pub fn wait_keep(self) -> (Option<AlignedBuf>, Result<(ReadDone, f64)>) {
         match self.rx.recv() {
-            Ok((buf, Ok(done))) => Ok((buf, done)),
-            Ok((_, Err(e))) => Err(e),
-            Err(_) => Err(Error::internal(format!(
-                "{}: the I/O thread stopped before finishing",
-                self.what
-            ))),
+            Ok((buf, Ok(done), secs)) => (Some(buf), Ok((done, secs))),
+            Ok((buf, Err(e), _)) => (Some(buf), Err(e)),
+            Err(_) => (
+                None,
+                Err(Error::internal(format!(
+                    "{}: the I/O thread stopped before finishing",
+                    self.what
+                ))),
+            ),
         }
     }
 }

@@ -155,17 +155,36 @@ impl std::ops::Deref for Exec {
     }
 }
 
-/// Supplies each bound layer's matrix buffer (resident now; a ring slot when streaming).
+/// Supplies the dense weights to the forward pass: each bound layer's matrix buffer and the
+/// two [V, H] model tables. Resident, ring slot or packed trunk, streamed or not: the forward
+/// pass cannot tell (ENGINE.md §4–§5).
 pub trait TrunkSource {
     /// The `u16` buffer holding layer `l`'s BF16 matrices at the offsets of its
-    /// [`LayerWeights`] slots. An error fails the forward.
+    /// [`LayerWeights`] slots. The buffer stays valid (never refilled) while borrowed. An error
+    /// fails the forward.
     fn layer_buf(&mut self, l: usize) -> Result<&[u16]>;
+
+    /// Row `id` (< V) of `embed_tokens`: H BF16 values (MODEL.md §6.2). An error fails the
+    /// forward.
+    fn embed_row(&mut self, id: usize) -> Result<&[u16]>;
+
+    /// The lm_head (`embed_tokens` when tied) in row blocks covering rows 0 … V−1 in ascending
+    /// order: calls `f(first_row, block)` with `block` [n, H]. Each logit is its own `dot`, so
+    /// the blocking never changes a bit (MODEL.md §6.8). An error (from a read or from `f`)
+    /// fails the forward.
+    fn lm_head(&mut self, f: &mut dyn FnMut(usize, Bf16Mat<'_>) -> Result<()>) -> Result<()>;
 }
 
-/// Every bound layer's matrices held in memory.
+/// Every bound layer's matrices and both model tables held in memory.
 #[derive(Debug, Default)]
 pub struct ResidentTrunk {
     pub bufs: Vec<Vec<u16>>,
+    /// `embed_tokens` [V, H].
+    pub embed: Vec<u16>,
+    /// `lm_head` [V, H]; None when tied.
+    pub lm_head: Option<Vec<u16>>,
+    /// H.
+    pub hidden: usize,
 }
 
 impl TrunkSource for ResidentTrunk {
@@ -174,6 +193,23 @@ impl TrunkSource for ResidentTrunk {
             .get(l)
             .map(|b| b.as_slice())
             .ok_or_else(|| Error::internal(format!("layer {l} is not bound")))
+    }
+    fn embed_row(&mut self, id: usize) -> Result<&[u16]> {
+        let h = self.hidden;
+        self.embed
+            .get(id * h..(id + 1) * h)
+            .ok_or_else(|| Error::internal(format!("embedding row {id} is outside the table")))
+    }
+    fn lm_head(&mut self, f: &mut dyn FnMut(usize, Bf16Mat<'_>) -> Result<()>) -> Result<()> {
+        let data = self.lm_head.as_deref().unwrap_or(&self.embed);
+        f(
+            0,
+            Bf16Mat {
+                rows: data.len() / self.hidden.max(1),
+                cols: self.hidden,
+                data,
+            },
+        )
     }
 }
 
@@ -231,7 +267,7 @@ impl Model {
                     d.v
                 )));
             }
-            let row = &self.tables.embed[id as usize * h..(id as usize + 1) * h];
+            let row = trunk.embed_row(id as usize)?;
             ex.widen_bf16(row, &mut emb[p * h..(p + 1) * h]);
         }
 
@@ -300,13 +336,26 @@ impl Model {
         depth.agg(ex, &self.tables.f_output_attn_res, d.eps, &mut fin);
         let mut n = vec![0f32; n_rows * h];
         ex.rmsnorm(&fin[first * h..], &self.tables.norm, d.eps, &mut n);
-        let head = Bf16Mat {
-            rows: d.v,
-            cols: h,
-            data: self.tables.lm_head.as_deref().unwrap_or(&self.tables.embed),
-        };
         let mut logits = vec![0f32; n_rows * d.v];
-        ex.matmul(&head, &n, &mut logits);
+        let mut block_out = Vec::new();
+        trunk.lm_head(&mut |v0, w| {
+            if n_rows == 1 || (v0 == 0 && w.rows == d.v) {
+                if n_rows == 1 {
+                    ex.matmul(&w, &n, &mut logits[v0..v0 + w.rows]);
+                } else {
+                    ex.matmul(&w, &n, &mut logits);
+                }
+            } else {
+                // rows × block, scattered into [rows, V]
+                block_out.resize(n_rows * w.rows, 0f32);
+                ex.matmul(&w, &n, &mut block_out);
+                for r in 0..n_rows {
+                    logits[r * d.v + v0..r * d.v + v0 + w.rows]
+                        .copy_from_slice(&block_out[r * w.rows..(r + 1) * w.rows]);
+                }
+            }
+            Ok(())
+        })?;
         check_finite(&logits, d.v, pos0 + first, |pos| {
             format!("the logits at position {pos}")
         })?;
@@ -347,7 +396,13 @@ pub fn bind_resident(
             Vec::new()
         });
     }
-    let tables = weights::bind_tables(&mut r, &dims)?;
+    let (tables, tl) = weights::bind_tables(&mut r, &dims)?;
+    let hidden = dims.h;
+    let embed = r.read_table_u16(crate::catalogue::EMBED_TOKENS, &tl.embed)?;
+    let lm_head = match &tl.lm_head {
+        Some(m) => Some(r.read_table_u16(crate::catalogue::LM_HEAD, m)?),
+        None => None,
+    };
     let files = r.into_files()?;
     let shape = experts::ExpertShape {
         inter: dims.i,
@@ -359,7 +414,12 @@ pub fn bind_resident(
             layers: lw,
             tables,
         },
-        trunk: ResidentTrunk { bufs },
+        trunk: ResidentTrunk {
+            bufs,
+            embed,
+            lm_head,
+            hidden,
+        },
         experts: experts::PreadExperts::new(files, locs, shape, expert_buffers)?,
     })
 }

@@ -239,17 +239,124 @@ impl LayerWeights {
     }
 }
 
-/// The model-level tables (MODEL.md §4 "Model level").
+/// The model-level vectors (MODEL.md §4 "Model level"). The two [V, H] tables
+/// (`embed_tokens`, `lm_head`) are supplied by the [`super::TrunkSource`], resident or
+/// streamed; [`TableLayout`] says where they are.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tables {
-    /// `embed_tokens` [V, H] BF16.
-    pub embed: Vec<u16>,
-    /// `lm_head` [V, H] BF16; None when tied (then the head is `embed`).
-    pub lm_head: Option<Vec<u16>>,
     /// `norm` [H].
     pub norm: Vec<f32>,
     /// Folded `output_attn_res_norm` × `output_attn_res_proj` [H].
     pub f_output_attn_res: Vec<f32>,
+}
+
+/// Where the two [V, H] BF16 model tables are in the checkpoint (checked for shape and dtype).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableLayout {
+    /// `embed_tokens` [V, H].
+    pub embed: TensorMeta,
+    /// `lm_head` [V, H]; None when tied (the head is `embed_tokens`).
+    pub lm_head: Option<TensorMeta>,
+}
+
+/// One contiguous piece of a layer's trunk bytes: `len` bytes at absolute `offset` of shard
+/// `shard`, landing at byte `dest` of the layer buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrunkPiece {
+    pub shard: usize,
+    pub offset: u64,
+    pub len: u64,
+    pub dest: u64,
+}
+
+/// Where a layer's trunk bytes come from and where each trunk tensor lies in the layer buffer
+/// (FORMATS.md §4, §7).
+///
+/// When the layer's trunk tensors form one gap-free run in one shard (the released layout),
+/// the buffer *is* the run: one piece, each tensor at its offset within the run, so a packed
+/// trunk's run (FORMATS.md §7) and the shard's run fill the buffer identically. Otherwise the
+/// tensors are laid out one after another in catalogue order and read one by one. Every
+/// trunk tensor is BF16 or F32, so every offset in the buffer is even (a `u16` index).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerLayout {
+    /// Zero-based layer.
+    pub layer: usize,
+    /// Bytes of the layer buffer (the run length when contiguous).
+    pub bytes: u64,
+    /// The pieces in buffer order.
+    pub pieces: Vec<TrunkPiece>,
+    /// (shard, absolute run start) when the layer is one contiguous run.
+    pub run: Option<(usize, u64)>,
+    /// Every trunk tensor: full name, byte offset in the buffer, byte length.
+    pub tensors: Vec<(String, u64, u64)>,
+}
+
+impl LayerLayout {
+    /// Byte offset of tensor `name` in the layer buffer.
+    pub fn dest_of(&self, name: &str) -> Option<u64> {
+        self.tensors.iter().find(|t| t.0 == name).map(|t| t.1)
+    }
+}
+
+/// The layout of layer `l`'s trunk (`specs` = `catalogue::layer_suffixes(cfg, l)`): every
+/// trunk tensor checked for shape and dtype (exit 2 naming the tensor), then one piece if they
+/// form one gap-free run in one shard, else one piece per tensor.
+pub fn layer_layout(r: &Reader<'_>, specs: &[SuffixSpec], l: usize) -> Result<LayerLayout> {
+    let mut metas = Vec::with_capacity(specs.len());
+    for s in specs {
+        let name = layer_tensor_name(l, s.suffix);
+        let shape: Vec<usize> = s.shape.iter().map(|&x| x as usize).collect();
+        let m = r.meta(&name, &shape, s.dtype)?;
+        metas.push((name, m));
+    }
+    let mut sorted: Vec<usize> = (0..metas.len()).collect();
+    sorted.sort_by_key(|&i| (metas[i].1.shard, metas[i].1.offset));
+    let contiguous = !sorted.is_empty()
+        && sorted.windows(2).all(|w| {
+            let (a, b) = (&metas[w[0]].1, &metas[w[1]].1);
+            a.shard == b.shard && a.offset + a.len == b.offset
+        });
+    if contiguous {
+        let first = &metas[sorted[0]].1;
+        let (shard, start) = (first.shard, first.offset);
+        let bytes: u64 = metas.iter().map(|m| m.1.len).sum();
+        let tensors = metas
+            .iter()
+            .map(|(n, m)| (n.clone(), m.offset - start, m.len))
+            .collect();
+        return Ok(LayerLayout {
+            layer: l,
+            bytes,
+            pieces: vec![TrunkPiece {
+                shard,
+                offset: start,
+                len: bytes,
+                dest: 0,
+            }],
+            run: Some((shard, start)),
+            tensors,
+        });
+    }
+    let mut dest = 0u64;
+    let mut pieces = Vec::with_capacity(metas.len());
+    let mut tensors = Vec::with_capacity(metas.len());
+    for (n, m) in &metas {
+        pieces.push(TrunkPiece {
+            shard: m.shard,
+            offset: m.offset,
+            len: m.len,
+            dest,
+        });
+        tensors.push((n.clone(), dest, m.len));
+        dest += m.len;
+    }
+    Ok(LayerLayout {
+        layer: l,
+        bytes: dest,
+        pieces,
+        run: None,
+        tensors,
+    })
 }
 
 /// Reads tensors for the binder through the I/O layer (bulk bytes by widened `O_DIRECT`
@@ -348,6 +455,44 @@ impl<'a> Reader<'a> {
         res
     }
 
+    /// The whole layer buffer of `layout` as `u16` values (resident trunk of
+    /// [`super::ResidentTrunk`]). A read failure is exit 2 (found while binding).
+    pub fn read_layer_u16(&mut self, layout: &LayerLayout) -> Result<Vec<u16>> {
+        let mut out = vec![0u16; (layout.bytes / 2) as usize];
+        let what = format!("layer {} trunk", layout.layer);
+        for p in &layout.pieces {
+            let m = TensorMeta {
+                shard: p.shard,
+                offset: p.offset,
+                len: p.len,
+                dtype: Dtype::BF16,
+                shape: Vec::new(),
+            };
+            let mut at = (p.dest / 2) as usize;
+            self.each_piece(&what, &m, |b| {
+                for c in b.chunks_exact(2) {
+                    out[at] = u16::from_le_bytes([c[0], c[1]]);
+                    at += 1;
+                }
+            })?;
+        }
+        Ok(out)
+    }
+
+    /// A located BF16 table read whole into memory (resident model tables).
+    pub fn read_table_u16(&mut self, name: &str, m: &TensorMeta) -> Result<Vec<u16>> {
+        let mut out = Vec::with_capacity(m.len as usize / 2);
+        self.each_piece(name, m, |b| {
+            out.extend(b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])))
+        })?;
+        Ok(out)
+    }
+
+    /// Marks shard `i` as needed by [`Reader::into_files`] (a streamed tensor lives there).
+    pub fn need_shard(&mut self, i: usize) {
+        self.needed[i] = true;
+    }
+
     /// Reads BF16 tensor `name` of `shape`, appending its bit patterns to `out`.
     pub fn bf16_into(&mut self, name: &str, shape: &[usize], out: &mut Vec<u16>) -> Result<()> {
         let m = self.meta(name, shape, Dtype::BF16)?;
@@ -428,21 +573,38 @@ fn spec(specs: &[SuffixSpec], l: usize, suffix: &str) -> Result<(Vec<usize>, Dty
 
 /// Binds layer `l`: checks its trunk tensors against the catalogue (`specs` =
 /// `catalogue::layer_suffixes(cfg, l)`) and reads them. Returns the layer description and its
-/// resident matrix buffer.
+/// resident matrix buffer (the layer buffer of [`layer_layout`] as `u16`).
 pub fn bind_layer(
     r: &mut Reader<'_>,
     d: &Dims,
     specs: &[SuffixSpec],
     l: usize,
 ) -> Result<(LayerWeights, Vec<u16>)> {
-    let mut buf: Vec<u16> = Vec::new();
-    // BF16 matrix → slot in `buf`
-    let mut mat = |r: &mut Reader<'_>, suffix: &str| -> Result<MatSlot> {
+    let layout = layer_layout(r, specs, l)?;
+    let w = bind_layer_weights(r, d, specs, &layout)?;
+    let buf = r.read_layer_u16(&layout)?;
+    Ok((w, buf))
+}
+
+/// Binds layer `layout.layer` without reading its matrices: reads and widens its small vectors
+/// (norm gains, AttnRes folds, conv taps, A_log, dt_bias, router bias) and places each BF16
+/// matrix at its offset in the layer buffer of `layout`. The buffer itself is supplied later
+/// by a [`super::TrunkSource`] (resident, ring slot or packed trunk).
+pub fn bind_layer_weights(
+    r: &mut Reader<'_>,
+    d: &Dims,
+    specs: &[SuffixSpec],
+    layout: &LayerLayout,
+) -> Result<LayerWeights> {
+    let l = layout.layer;
+    // BF16 matrix → slot in the layer buffer
+    let mat = |_: &mut Reader<'_>, suffix: &str| -> Result<MatSlot> {
         let (shape, _, name) = spec(specs, l, suffix)?;
-        let off = buf.len();
-        r.bf16_into(&name, &shape, &mut buf)?;
+        let dest = layout
+            .dest_of(&name)
+            .ok_or_else(|| Error::internal(format!("{name}: not in the layer layout")))?;
         Ok(MatSlot {
-            off,
+            off: (dest / 2) as usize,
             rows: shape[0],
             cols: shape[1],
         })
@@ -562,34 +724,34 @@ pub fn bind_layer(
         post_attention_layernorm,
         f_attn_res,
         f_mlp_res,
-        buf_len: buf.len(),
+        buf_len: (layout.bytes / 2) as usize,
     };
-    Ok((lw, buf))
+    Ok(lw)
 }
 
-/// Binds the model-level tables (names from the catalogue).
-pub fn bind_tables(r: &mut Reader<'_>, d: &Dims) -> Result<Tables> {
+/// Binds the model-level vectors and locates the two [V, H] tables (names from the catalogue;
+/// shape and dtype checked, exit 2 naming the tensor). The tables are read by the trunk source
+/// ([`Reader::read_table_u16`] when resident).
+pub fn bind_tables(r: &mut Reader<'_>, d: &Dims) -> Result<(Tables, TableLayout)> {
     let (v, h) = (d.v, d.h);
-    let mut embed = Vec::new();
-    r.bf16_into(catalogue::EMBED_TOKENS, &[v, h], &mut embed)?;
+    let embed = r.meta(catalogue::EMBED_TOKENS, &[v, h], Dtype::BF16)?;
     let lm_head = if d.tied {
         None
     } else {
-        let mut w = Vec::new();
-        r.bf16_into(catalogue::LM_HEAD, &[v, h], &mut w)?;
-        Some(w)
+        Some(r.meta(catalogue::LM_HEAD, &[v, h], Dtype::BF16)?)
     };
     let norm = r.bf16_f32(catalogue::FINAL_NORM, &[h])?;
     let f_output_attn_res = fold(
         &r.bf16_f32(catalogue::OUTPUT_ATTN_RES_NORM, &[h])?,
         &r.bf16_f32(catalogue::OUTPUT_ATTN_RES_PROJ, &[1, h])?,
     );
-    Ok(Tables {
-        embed,
-        lm_head,
-        norm,
-        f_output_attn_res,
-    })
+    Ok((
+        Tables {
+            norm,
+            f_output_attn_res,
+        },
+        TableLayout { embed, lm_head },
+    ))
 }
 
 /// Locations of every routed expert of MoE layer `l`, checked for shape and dtype against the

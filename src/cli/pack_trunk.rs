@@ -1,0 +1,103 @@
+//! `k3 pack-trunk <model_dir> <out_dir> [--config PATH] [--quiet]` (ENGINE.md §3, §5;
+//! FORMATS.md §7): writes `trunk.bin` + `trunk.json` once, so that a run with `--trunk
+//! <out_dir>` streams each layer with one aligned sequential read. Shows progress (layers, GB,
+//! MB/s, ETA) on standard error.
+
+use crate::checkpoint::TensorIndex;
+use crate::cli::args::{Args, Spec};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::plan::gb;
+use crate::stream::pack::{pack, PackProgress, TRUNK_JSON};
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+const USAGE: &str = "\
+usage: k3 pack-trunk <model_dir> <out_dir> [--config PATH] [--quiet]
+  Copies each layer's trunk run into <out_dir>/trunk.bin at 4096-aligned offsets and writes
+  <out_dir>/trunk.json (FORMATS.md §7); run with `k3 <model_dir> --trunk <out_dir>`.
+  Files are written under .tmp names and renamed only when complete.
+  --config PATH   config file (default: <model_dir>/config.json)
+  --quiet         no progress
+";
+
+const SPECS: &[Spec] = &[
+    Spec::Switch("help"),
+    Spec::Value("config"),
+    Spec::Switch("quiet"),
+];
+
+/// Runs the subcommand; `argv` excludes `pack-trunk` itself.
+pub fn run(argv: &[OsString]) -> Result<()> {
+    let args = Args::parse(argv, SPECS)?;
+    if args.switch("help") {
+        print!("{USAGE}");
+        return Ok(());
+    }
+    let (model_dir, out_dir) = match args.positional.as_slice() {
+        [m, o] => (PathBuf::from(m), PathBuf::from(o)),
+        _ => {
+            return Err(Error::invalid(format!(
+                "pack-trunk: expected <model_dir> <out_dir>, found {} positional arguments (see k3 pack-trunk --help)",
+                args.positional.len()
+            )))
+        }
+    };
+    if !model_dir.is_dir() {
+        return Err(Error::invalid(format!(
+            "pack-trunk: {} is not a model directory",
+            model_dir.display()
+        )));
+    }
+    let config = args
+        .value_os("config")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| model_dir.join("config.json"));
+    let quiet = args.switch("quiet");
+    let cfg = Config::from_file(&config)?;
+    let index = TensorIndex::open(&model_dir)?;
+    let terminal = crate::io::sys::stderr_is_terminal();
+    let mut last_layers = usize::MAX;
+    let mut show = |p: &PackProgress| {
+        if quiet {
+            return;
+        }
+        let eta = p
+            .eta_seconds()
+            .map(|s| format!("{s:.0} s"))
+            .unwrap_or_else(|| "?".into());
+        let line = format!(
+            "pack-trunk: layer {}/{}, {} of {}, {:.1} MB/s, ETA {eta}",
+            p.layers_done,
+            p.layers,
+            gb(p.bytes_done),
+            gb(p.bytes),
+            p.mb_per_s()
+        );
+        if terminal {
+            eprint!("\r\x1b[K{line}");
+        } else if p.layers_done != last_layers {
+            // one line per finished layer when not on a terminal
+            eprintln!("{line}");
+        }
+        last_layers = p.layers_done;
+    };
+    let s = pack(&cfg, &index, &out_dir, &mut show)?;
+    if !quiet {
+        if terminal {
+            eprintln!();
+        }
+        eprintln!(
+            "pack-trunk: wrote {} ({} bytes: {} layers, runs {} bytes, largest run {} bytes) and {} in {:.2} s ({}; verified against the shards)",
+            s.bin.display(),
+            s.bin_len,
+            s.trunk.layers.len(),
+            s.trunk.run_bytes(),
+            s.trunk.layers.iter().map(|l| l.run_len()).max().unwrap_or(0),
+            out_dir.join(TRUNK_JSON).display(),
+            s.seconds,
+            if s.direct { "read with O_DIRECT" } else { "read buffered" }
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,238 @@
+//! Binding a model for a streamed run: the per-layer trunk layouts (what the planner sizes),
+//! then the model's small vectors and matrix slots, the trunk source (pinned layers, ring,
+//! model tables; from the shards or a packed trunk) and the cache-backed expert source, as the
+//! plan decided.
+
+use super::expert_cache::ExpertCache;
+use super::experts::CachedExperts;
+use super::pack::PackedTrunk;
+use super::policy::new_policy;
+use super::tables::{TableLoc, Tables};
+use super::trunk::{LayerRead, Piece, StreamedTrunk};
+use crate::catalogue::{self, layer_suffixes};
+use crate::checkpoint::TensorIndex;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::io::{IoFile, IoThreads};
+use crate::model::experts::ExpertShape;
+use crate::model::weights::{self, LayerLayout, Reader, TableLayout};
+use crate::model::{Dims, Model};
+use std::sync::Arc;
+
+/// What the planner needs to know before anything large is allocated: every bound layer's
+/// trunk layout and where the model tables are (shapes and dtypes checked, exit 2).
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub layouts: Vec<LayerLayout>,
+    pub tables: TableLayout,
+}
+
+/// Lays out the first `layers` layers of the checkpoint behind `index` (no tensor is read).
+pub fn prepare(index: &TensorIndex, cfg: &Config, layers: usize) -> Result<Prepared> {
+    let r = Reader::new(index);
+    let d = Dims::from_config(cfg);
+    let layouts = (0..layers)
+        .map(|l| weights::layer_layout(&r, &layer_suffixes(cfg, l), l))
+        .collect::<Result<Vec<_>>>()?;
+    let embed = r.meta(
+        catalogue::EMBED_TOKENS,
+        &[d.v, d.h],
+        crate::safetensors::Dtype::BF16,
+    )?;
+    let lm_head = if d.tied {
+        None
+    } else {
+        Some(r.meta(
+            catalogue::LM_HEAD,
+            &[d.v, d.h],
+            crate::safetensors::Dtype::BF16,
+        )?)
+    };
+    Ok(Prepared {
+        layouts,
+        tables: TableLayout { embed, lm_head },
+    })
+}
+
+/// The streaming decisions of the plan.
+#[derive(Debug)]
+pub struct StreamConfig<'a> {
+    /// Per bound layer: pinned.
+    pub pinned: &'a [bool],
+    /// Ring slots (0 if every layer is pinned).
+    pub ring_slots: usize,
+    /// Model tables streamed, and lm_head rows per chunk.
+    pub tables_streamed: bool,
+    pub head_chunk_rows: usize,
+    /// Expert-cache slots (0 without MoE layers) and eviction policy.
+    pub cache_slots: usize,
+    pub policy: &'a str,
+    /// A validated packed trunk and its open `trunk.bin`, or None to read the shards.
+    pub packed: Option<(&'a PackedTrunk, Arc<IoFile>)>,
+    /// Expert-read threads.
+    pub expert_io_threads: usize,
+}
+
+/// A model bound for a streamed run.
+pub struct Streamed {
+    pub model: Model,
+    pub trunk: StreamedTrunk,
+    pub experts: CachedExperts,
+}
+
+/// Binds the model as `conf` says: small vectors and matrix slots of every layer (read now),
+/// expert locations (checked now, read on demand), the trunk (pinned layers read now, the ring
+/// allocated), the model tables (read now when resident) and the expert cache (allocated now).
+///
+/// Errors: exit 2 for a tensor with the wrong shape or dtype or a read failure while loading;
+/// exit 3 if memory is refused; exit 1 for an inconsistent configuration.
+pub fn bind(
+    index: &TensorIndex,
+    cfg: &Config,
+    prep: &Prepared,
+    conf: &StreamConfig<'_>,
+) -> Result<Streamed> {
+    let dims = Dims::from_config(cfg);
+    let layers = prep.layouts.len();
+    if conf.pinned.len() != layers {
+        return Err(Error::internal("pinned set and bound layers differ"));
+    }
+    let mut r = Reader::new(index);
+    let mut lw = Vec::with_capacity(layers);
+    let mut locs = Vec::with_capacity(layers);
+    for (l, layout) in prep.layouts.iter().enumerate() {
+        let specs = layer_suffixes(cfg, l);
+        lw.push(weights::bind_layer_weights(&mut r, &dims, &specs, layout)?);
+        locs.push(if l >= dims.first_dense {
+            weights::locate_experts(&mut r, cfg, l)?
+        } else {
+            Vec::new()
+        });
+        if conf.packed.is_none() {
+            for p in &layout.pieces {
+                r.need_shard(p.shard);
+            }
+        }
+    }
+    let (tables, tl) = weights::bind_tables(&mut r, &dims)?;
+    let resident_tables = if conf.tables_streamed {
+        r.need_shard(tl.embed.shard);
+        if let Some(h) = &tl.lm_head {
+            r.need_shard(h.shard);
+        }
+        None
+    } else {
+        let embed = r.read_table_u16(catalogue::EMBED_TOKENS, &tl.embed)?;
+        let head = match &tl.lm_head {
+            Some(m) => Some(r.read_table_u16(catalogue::LM_HEAD, m)?),
+            None => None,
+        };
+        Some((embed, head))
+    };
+    let files: Vec<Option<Arc<IoFile>>> = r
+        .into_files()?
+        .into_iter()
+        .map(|f| f.map(Arc::new))
+        .collect();
+    let file = |i: usize| -> Result<Arc<IoFile>> {
+        files
+            .get(i)
+            .and_then(|f| f.clone())
+            .ok_or_else(|| Error::internal(format!("shard {i} was not opened")))
+    };
+    // Trunk reads: the shards' runs (or tensors), or the packed runs.
+    let mut reads = Vec::with_capacity(layers);
+    for layout in &prep.layouts {
+        let pieces = match &conf.packed {
+            Some((pt, bin)) => {
+                let pl = pt
+                    .layers
+                    .get(layout.layer)
+                    .filter(|pl| pl.layer == layout.layer)
+                    .ok_or_else(|| {
+                        Error::internal(format!("packed trunk lacks layer {}", layout.layer))
+                    })?;
+                if pl.run_len() != layout.bytes || layout.run.is_none() {
+                    return Err(Error::invalid(format!(
+                        "{}: layer {}: packed run of {} bytes, but the checkpoint's trunk run is {} bytes",
+                        bin.path().display(),
+                        layout.layer,
+                        pl.run_len(),
+                        layout.bytes
+                    )));
+                }
+                vec![Piece {
+                    file: Arc::clone(bin),
+                    offset: pl.file_off,
+                    len: layout.bytes as usize,
+                    dest: 0,
+                }]
+            }
+            None => layout
+                .pieces
+                .iter()
+                .map(|p| {
+                    Ok(Piece {
+                        file: file(p.shard)?,
+                        offset: p.offset,
+                        len: p.len as usize,
+                        dest: p.dest as usize,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?,
+        };
+        reads.push(LayerRead {
+            layer: layout.layer,
+            bytes: layout.bytes as usize,
+            pieces,
+        });
+    }
+    let tables_src = match resident_tables {
+        Some((embed, head)) => Tables::resident(dims.h, dims.v, embed, head),
+        None => Tables::streamed(
+            dims.h,
+            dims.v,
+            TableLoc {
+                file: file(tl.embed.shard)?,
+                offset: tl.embed.offset,
+            },
+            match &tl.lm_head {
+                Some(m) => Some(TableLoc {
+                    file: file(m.shard)?,
+                    offset: m.offset,
+                }),
+                None => None,
+            },
+            conf.head_chunk_rows,
+        )?,
+    };
+    let trunk_io = Arc::new(IoThreads::new(1)?);
+    let trunk = StreamedTrunk::new(reads, conf.pinned, conf.ring_slots, tables_src, trunk_io)?;
+    let shape = ExpertShape {
+        inter: dims.i,
+        latent: dims.l,
+    };
+    let has_moe = locs.iter().any(|l| !l.is_empty());
+    let cache = if has_moe {
+        let io = Arc::new(IoThreads::new(conf.expert_io_threads.max(1))?);
+        let policy = new_policy(conf.policy, conf.cache_slots)?;
+        Some(ExpertCache::new(
+            conf.cache_slots,
+            crate::model::expert_bytes(&dims) as usize,
+            policy,
+            io,
+        )?)
+    } else {
+        None
+    };
+    let experts = CachedExperts::new(cache, files, locs, shape);
+    Ok(Streamed {
+        model: Model {
+            dims,
+            layers: lw,
+            tables,
+        },
+        trunk,
+        experts,
+    })
+}

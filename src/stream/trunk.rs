@@ -1,0 +1,439 @@
+//! The streamed trunk (ENGINE.md §4–§5): a pinned set of layers held resident and a ring of
+//! slots, each sized to the largest streamed layer, through which the other layers cycle.
+//!
+//! * With two or more slots, when layer ℓ is handed to the forward pass the I/O thread is
+//!   already reading the next streamed layer (in walk order, wrapping to the next forward
+//!   pass) into a free slot, straight into its pre-faulted 4096-aligned buffer; with one slot
+//!   reads are synchronous.
+//! * A slot is never refilled while in use: the buffer returned by
+//!   [`TrunkSource::layer_buf`] borrows the trunk, so the next call — which may recycle that
+//!   slot — cannot happen while the forward pass still holds it.
+//! * A half-loaded slot is never used: a slot becomes readable only when its read returned
+//!   the whole payload; a failed read fails the forward (exit 4, naming file and offset) and
+//!   the slot goes back to the free list.
+//!
+//! The bytes come from the shards (one run per layer, or tensor by tensor when a layer's trunk
+//! is not contiguous) or from a packed `trunk.bin` (FORMATS.md §7): the layer buffer is the same
+//! either way, so the forward pass cannot tell. The model tables come through [`Tables`].
+
+use super::tables::{even_pad, TableStats, Tables};
+use crate::error::{Error, ErrorKind, Result};
+use crate::io::{window_capacity, AlignedBuf, IoFile, IoThreads, ReadTicket};
+use crate::model::weights::Bf16Mat;
+use crate::model::TrunkSource;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// One contiguous piece of a layer buffer: `len` bytes at absolute `offset` of `file`, landing
+/// at byte `dest` of the buffer.
+#[derive(Debug, Clone)]
+pub struct Piece {
+    pub file: Arc<IoFile>,
+    pub offset: u64,
+    pub len: usize,
+    pub dest: usize,
+}
+
+/// How to fill one layer's buffer.
+#[derive(Debug, Clone)]
+pub struct LayerRead {
+    /// Zero-based layer (for messages).
+    pub layer: usize,
+    /// Bytes of the layer buffer.
+    pub bytes: usize,
+    /// The pieces; a single piece at `dest` 0 (a contiguous run, or a packed run) is one
+    /// widened direct read and can be read ahead.
+    pub pieces: Vec<Piece>,
+}
+
+impl LayerRead {
+    /// True when the buffer is one direct read (read-ahead capable).
+    pub fn is_run(&self) -> bool {
+        self.pieces.len() == 1 && self.pieces[0].dest == 0 && self.pieces[0].len == self.bytes
+    }
+
+    /// Buffer capacity this layer needs (the widened window of its run).
+    pub fn capacity(&self) -> usize {
+        window_capacity(self.bytes).unwrap_or(usize::MAX)
+    }
+
+    /// Reads the layer into `buf` on the calling thread; returns the payload offset (even)
+    /// and the device bytes.
+    fn read_into(&self, buf: &mut AlignedBuf) -> Result<(usize, u64)> {
+        if self.is_run() {
+            let p = &self.pieces[0];
+            let d = p.file.read_window(p.offset, p.len, buf)?;
+            Ok((even_pad(buf, d.pad, p.len), d.device_bytes))
+        } else {
+            let mut dev = 0u64;
+            for p in &self.pieces {
+                p.file
+                    .read_uncached_at(&mut buf[p.dest..p.dest + p.len], p.offset)?;
+                dev += p.len as u64;
+            }
+            Ok((0, dev))
+        }
+    }
+}
+
+/// Counters of the trunk report (ENGINE.md §6, FORMATS.md §10 `trunk`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TrunkStats {
+    /// Layer buffers handed to the forward pass.
+    pub binds: u64,
+    /// Of those, served without a read made for them (pinned, or still in its slot).
+    pub hits: u64,
+    /// Layer reads.
+    pub reads: u64,
+    /// Of those, made ahead on the I/O thread while an earlier layer computed.
+    pub reads_ahead: u64,
+    /// Bytes transferred from the device for layers.
+    pub bytes_read: u64,
+    /// Seconds the reads took (on the I/O thread for read-ahead; may overlap compute).
+    pub read_seconds: f64,
+    /// Seconds the forward pass waited for layer reads.
+    pub wait_seconds: f64,
+}
+
+enum Slot {
+    /// No layer (buffer free).
+    Free(AlignedBuf),
+    /// A read-ahead in flight.
+    Loading { layer: usize, ticket: ReadTicket },
+    /// A complete layer at `pad`; `used` once handed to the forward pass (a later bind of the
+    /// same layer from this slot is then a hit: no read was made for it).
+    Ready {
+        layer: usize,
+        buf: AlignedBuf,
+        pad: usize,
+        used: bool,
+    },
+    /// Transient while changing state (or lost after an I/O thread died).
+    Gone,
+}
+
+enum Entry {
+    Pinned {
+        buf: AlignedBuf,
+        pad: usize,
+        /// `u16` values of the layer.
+        n: usize,
+    },
+    Streamed(LayerRead),
+}
+
+/// The trunk source of a streamed run: pinned layers, the ring, and the model tables.
+pub struct StreamedTrunk {
+    entries: Vec<Entry>,
+    ring: Vec<Slot>,
+    /// The slot handed out last (in use until the next call).
+    current: Option<usize>,
+    io: Arc<IoThreads>,
+    tables: Tables,
+    stats: TrunkStats,
+    slot_bytes: usize,
+}
+
+impl StreamedTrunk {
+    /// Builds the trunk: reads every pinned layer now into its own pre-faulted buffer, and
+    /// allocates (and faults in) `ring_slots` slots of the largest streamed layer's buffer.
+    ///
+    /// Errors: exit 3 if memory is refused; a read failure of a pinned layer is exit 2 (found
+    /// while loading, before the run); exit 1 if a streamed layer exists without a ring slot.
+    pub fn new(
+        layers: Vec<LayerRead>,
+        pinned: &[bool],
+        ring_slots: usize,
+        tables: Tables,
+        io: Arc<IoThreads>,
+    ) -> Result<StreamedTrunk> {
+        let slot_bytes = layers
+            .iter()
+            .zip(pinned)
+            .filter(|(_, p)| !**p)
+            .map(|(l, _)| l.capacity())
+            .max()
+            .unwrap_or(0);
+        if slot_bytes > 0 && ring_slots == 0 {
+            return Err(Error::internal("streamed trunk layers without a ring slot"));
+        }
+        let mut entries = Vec::with_capacity(layers.len());
+        for (l, &p) in layers.into_iter().zip(pinned) {
+            if p {
+                let mut buf = AlignedBuf::new(l.capacity())?;
+                let (pad, _) = l.read_into(&mut buf).map_err(|e| {
+                    if e.kind == ErrorKind::Io {
+                        Error::invalid(format!("layer {} trunk: {}", l.layer, e.message))
+                    } else {
+                        e
+                    }
+                })?;
+                entries.push(Entry::Pinned {
+                    buf,
+                    pad,
+                    n: l.bytes / 2,
+                });
+            } else {
+                entries.push(Entry::Streamed(l));
+            }
+        }
+        let ring = if slot_bytes > 0 {
+            (0..ring_slots)
+                .map(|_| AlignedBuf::new(slot_bytes).map(Slot::Free))
+                .collect::<Result<Vec<_>>>()?
+        } else {
+            Vec::new()
+        };
+        Ok(StreamedTrunk {
+            entries,
+            ring,
+            current: None,
+            io,
+            tables,
+            stats: TrunkStats::default(),
+            slot_bytes,
+        })
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> TrunkStats {
+        self.stats
+    }
+    /// Model-table counters so far.
+    pub fn table_stats(&self) -> TableStats {
+        self.tables.stats()
+    }
+    /// Ring slots and bytes per slot.
+    pub fn ring(&self) -> (usize, usize) {
+        (self.ring.len(), self.slot_bytes)
+    }
+    /// Bound layers.
+    pub fn layers(&self) -> usize {
+        self.entries.len()
+    }
+    /// True if layer `l` is pinned.
+    pub fn is_pinned(&self, l: usize) -> bool {
+        matches!(self.entries.get(l), Some(Entry::Pinned { .. }))
+    }
+
+    /// The streamed layers after `l` in walk order (wrapping), at most `n`.
+    fn upcoming(&self, l: usize, n: usize) -> Vec<usize> {
+        let nl = self.entries.len();
+        (1..=nl)
+            .map(|k| (l + k) % nl)
+            .filter(|&x| matches!(self.entries[x], Entry::Streamed(_)))
+            .take(n)
+            .collect()
+    }
+
+    fn slot_of(&self, layer: usize) -> Option<usize> {
+        self.ring.iter().position(|s| match s {
+            Slot::Loading { layer: x, .. } | Slot::Ready { layer: x, .. } => *x == layer,
+            _ => false,
+        })
+    }
+
+    /// Waits for slot `i`'s read-ahead; leaves it Ready or Free (on error, returned).
+    fn settle(&mut self, i: usize) -> Result<()> {
+        if let Slot::Loading { .. } = self.ring[i] {
+            let Slot::Loading { layer, ticket } = std::mem::replace(&mut self.ring[i], Slot::Gone)
+            else {
+                unreachable!()
+            };
+            let t0 = Instant::now();
+            let (buf, r) = ticket.wait_keep();
+            self.stats.wait_seconds += t0.elapsed().as_secs_f64();
+            let Some(mut buf) = buf else {
+                return Err(r
+                    .err()
+                    .unwrap_or_else(|| Error::internal("I/O thread died")));
+            };
+            match r {
+                Ok((done, secs)) => {
+                    self.stats.reads += 1;
+                    self.stats.reads_ahead += 1;
+                    self.stats.bytes_read += done.device_bytes;
+                    self.stats.read_seconds += secs;
+                    let len = match &self.entries[layer] {
+                        Entry::Streamed(lr) => lr.bytes,
+                        Entry::Pinned { .. } => 0,
+                    };
+                    let pad = even_pad(&mut buf, done.pad, len);
+                    self.ring[i] = Slot::Ready {
+                        layer,
+                        buf,
+                        pad,
+                        used: false,
+                    };
+                }
+                Err(e) => {
+                    self.ring[i] = Slot::Free(buf);
+                    return Err(Error::new(
+                        e.kind,
+                        format!("{} (trunk layer {layer})", e.message),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A slot that may be (re)filled now: free, or holding a layer not among `keep`, never
+    /// `current`. Waits for a stale read-ahead to finish first.
+    fn take_slot(&mut self, keep: &[usize]) -> Option<usize> {
+        let cur = self.current;
+        if let Some(i) =
+            (0..self.ring.len()).find(|&i| Some(i) != cur && matches!(self.ring[i], Slot::Free(_)))
+        {
+            return Some(i);
+        }
+        let i = (0..self.ring.len()).find(|&i| {
+            Some(i) != cur
+                && match &self.ring[i] {
+                    Slot::Ready { layer, .. } | Slot::Loading { layer, .. } => {
+                        !keep.contains(layer)
+                    }
+                    _ => false,
+                }
+        })?;
+        // A stale read-ahead: let it land (its error, if any, no longer matters).
+        let _ = self.settle(i);
+        if let Slot::Ready { .. } = self.ring[i] {
+            let Slot::Ready { buf, .. } = std::mem::replace(&mut self.ring[i], Slot::Gone) else {
+                unreachable!()
+            };
+            self.ring[i] = Slot::Free(buf);
+        }
+        matches!(self.ring[i], Slot::Free(_)).then_some(i)
+    }
+
+    /// Queues read-ahead of the streamed layers after `l` into free slots (ring ≥ 2).
+    fn read_ahead(&mut self, l: usize) {
+        let want = self.upcoming(l, self.ring.len().saturating_sub(1));
+        for &x in &want {
+            if self.slot_of(x).is_some() {
+                continue;
+            }
+            let Entry::Streamed(lr) = &self.entries[x] else {
+                continue;
+            };
+            if !lr.is_run() {
+                continue; // read synchronously when asked
+            }
+            let (file, offset, len) = (
+                Arc::clone(&lr.pieces[0].file),
+                lr.pieces[0].offset,
+                lr.pieces[0].len,
+            );
+            let Some(i) = self.take_slot(&want) else {
+                return;
+            };
+            let Slot::Free(buf) = std::mem::replace(&mut self.ring[i], Slot::Gone) else {
+                unreachable!()
+            };
+            let ticket = self.io.submit(file, offset, len, buf);
+            self.ring[i] = Slot::Loading { layer: x, ticket };
+        }
+    }
+
+    /// Makes layer `l` (streamed) Ready in some slot; returns the slot.
+    fn load(&mut self, l: usize) -> Result<usize> {
+        if let Some(i) = self.slot_of(l) {
+            self.settle(i)?;
+            if let Slot::Ready { used, .. } = &mut self.ring[i] {
+                if *used {
+                    self.stats.hits += 1;
+                }
+                *used = true;
+            }
+            return Ok(i);
+        }
+        // Not read ahead: read it now into a slot (the previous current one is free to reuse:
+        // its borrow ended when this call began).
+        self.current = None;
+        let keep = self.upcoming(l, self.ring.len().saturating_sub(1));
+        let i = self
+            .take_slot(&keep)
+            .or_else(|| self.take_slot(&[]))
+            .ok_or_else(|| Error::internal(format!("trunk layer {l}: no ring slot available")))?;
+        let Slot::Free(mut buf) = std::mem::replace(&mut self.ring[i], Slot::Gone) else {
+            unreachable!()
+        };
+        let Entry::Streamed(lr) = &self.entries[l] else {
+            unreachable!()
+        };
+        let t0 = Instant::now();
+        let r = lr.read_into(&mut buf);
+        let secs = t0.elapsed().as_secs_f64();
+        self.stats.read_seconds += secs;
+        self.stats.wait_seconds += secs;
+        match r {
+            Ok((pad, dev)) => {
+                self.stats.reads += 1;
+                self.stats.bytes_read += dev;
+                self.ring[i] = Slot::Ready {
+                    layer: l,
+                    buf,
+                    pad,
+                    used: true,
+                };
+                Ok(i)
+            }
+            Err(e) => {
+                self.ring[i] = Slot::Free(buf);
+                Err(Error::new(
+                    e.kind,
+                    format!("{} (trunk layer {l})", e.message),
+                ))
+            }
+        }
+    }
+}
+
+impl TrunkSource for StreamedTrunk {
+    fn layer_buf(&mut self, l: usize) -> Result<&[u16]> {
+        self.stats.binds += 1;
+        let i = match self.entries.get(l) {
+            None => return Err(Error::internal(format!("layer {l} is not bound"))),
+            Some(Entry::Pinned { .. }) => {
+                self.stats.hits += 1;
+                None
+            }
+            Some(Entry::Streamed(_)) => {
+                let i = self.load(l)?;
+                self.current = Some(i);
+                self.read_ahead(l);
+                Some(i)
+            }
+        };
+        let (buf, pad, n) = match (i, &self.entries[l]) {
+            (None, Entry::Pinned { buf, pad, n }) => (buf, *pad, *n),
+            (Some(i), Entry::Streamed(lr)) => match &self.ring[i] {
+                Slot::Ready { buf, pad, .. } => (buf, *pad, lr.bytes / 2),
+                _ => return Err(Error::internal(format!("trunk layer {l}: slot not ready"))),
+            },
+            _ => unreachable!(),
+        };
+        buf.u16s(pad, n)
+            .ok_or_else(|| Error::internal(format!("trunk layer {l}: misaligned buffer")))
+    }
+
+    fn embed_row(&mut self, id: usize) -> Result<&[u16]> {
+        self.tables.embed_row(&self.io, id)
+    }
+
+    fn lm_head(&mut self, f: &mut dyn FnMut(usize, Bf16Mat<'_>) -> Result<()>) -> Result<()> {
+        self.tables.lm_head(&self.io, f)
+    }
+}
+
+impl std::fmt::Debug for StreamedTrunk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamedTrunk")
+            .field("layers", &self.entries.len())
+            .field("ring", &self.ring.len())
+            .field("slot_bytes", &self.slot_bytes)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}

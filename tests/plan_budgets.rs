@@ -1,0 +1,259 @@
+//! The memory planner (ENGINE.md §4) on the released model's sizes, without files: byte
+//! figures of MODEL.md §9, every preset, the 8 GB promise at the smallest budget, the
+//! pinned-set fixed point, and refusals (exit 3) below the minimum.
+
+use k3::config::Config;
+use k3::model::state::DecodeState;
+use k3::model::Dims;
+use k3::plan::{
+    buffer_bytes, choose_trunk, layer_run_bytes, layer_vector_bytes, plan_run, preset,
+    scratch_bytes, Budget, ModelSizes, PRESETS,
+};
+use std::path::PathBuf;
+
+const GB: f64 = 1e9;
+
+fn k3_config() -> Config {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/configs/k3-released-reserialised.json");
+    Config::from_file(&p).unwrap()
+}
+
+/// The released model's plan inputs for a run of `positions` positions (prompt + generation),
+/// prefill chunks of 64, one logits row; index and tokenizer as measured on the released
+/// checkpoint (tests/model_plan.rs).
+fn k3_sizes(positions: usize) -> ModelSizes {
+    let cfg = k3_config();
+    let d = Dims::from_config(&cfg);
+    let expert = k3::model::expert_bytes(&d);
+    ModelSizes {
+        layer_runs: (0..d.nl).map(|l| layer_run_bytes(&cfg, l)).collect(),
+        layer_vectors: (0..d.nl).map(|l| layer_vector_bytes(&d, l)).sum(),
+        embed: (d.v * d.h * 2) as u64,
+        lm_head: (d.v * d.h * 2) as u64,
+        row: (2 * d.h) as u64,
+        vocab: d.v,
+        table_vectors: (2 * d.h * 4) as u64,
+        expert,
+        expert_stride: buffer_bytes(expert),
+        experts_total: 92 * d.e,
+        top_k: d.kt,
+        kda_state: DecodeState::kda_bytes(&d, d.nl),
+        mla_cache: DecodeState::mla_bytes(&d, d.nl, positions),
+        scratch: scratch_bytes(&d, 64, 1),
+        tokenizer: 5_600_000,
+        tensor_index: 21_000_000,
+        logits_rows: 1,
+    }
+}
+
+fn preset_budget(name: &str) -> Budget {
+    Budget {
+        preset: preset(name),
+        ..Budget::default()
+    }
+}
+
+#[test]
+fn released_layer_runs_match_model_md() {
+    let cfg = k3_config();
+    let runs: Vec<u64> = (0..93).map(|l| layer_run_bytes(&cfg, l)).collect();
+    assert_eq!(runs[0], 2_341_213_184, "layer 0 run");
+    assert_eq!(runs.iter().filter(|&&r| r == 1_267_744_256).count(), 68);
+    assert_eq!(runs.iter().filter(|&&r| r == 844_335_616).count(), 24);
+    assert_eq!(runs.iter().sum::<u64>(), 108_811_877_376);
+    assert_eq!(buffer_bytes(17_547_264), 17_555_456, "expert slot stride");
+}
+
+/// ENGINE.md §4: the released model plans within 8 GB at the smallest budget, with its model
+/// tables on disk.
+#[test]
+fn released_model_plans_within_8_gb_at_ultra() {
+    for positions in [64, 4096] {
+        let s = k3_sizes(positions);
+        let p = plan_run(&s, &preset_budget("ultra"), Some(8_000_000_000)).unwrap();
+        assert!(p.tables_streamed);
+        assert!(
+            p.memory.total <= 8_000_000_000,
+            "{positions} positions: {}",
+            p.memory.total
+        );
+        p.memory.check().unwrap();
+        // 2.5 GB of trunk: one slot for layer 0 (the only thing that fits), nothing pinned
+        assert_eq!(p.trunk.ring_slots, 1);
+        assert_eq!(p.trunk.slot_bytes, buffer_bytes(2_341_213_184));
+        assert_eq!(p.trunk.n_pinned(), 0);
+        // 0.31 GB of cache = 17 experts ≥ top-16
+        assert_eq!(p.cache_slots, 17);
+        assert_eq!(
+            p.memory.total,
+            p.memory.trunk_resident
+                + p.memory.trunk_ring
+                + p.memory.model_tables
+                + p.memory.expert_cache
+                + p.memory.kda_state
+                + p.memory.mla_cache
+                + p.memory.scratch
+                + p.memory.tokenizer
+                + p.memory.tensor_index
+        );
+    }
+    // --mem-gb 8 (the engine splits it) fits too and uses the room it has
+    let s = k3_sizes(4096);
+    let p = plan_run(
+        &s,
+        &Budget {
+            mem: Some(8_000_000_000),
+            ..Budget::default()
+        },
+        None,
+    )
+    .unwrap();
+    assert!(p.memory.total <= 8_000_000_000, "{}", p.memory.total);
+    assert!(p.memory.total > 7_500_000_000, "{}", p.memory.total);
+}
+
+#[test]
+fn presets_keep_their_split_and_pin_layer_0_when_it_pays() {
+    let s = k3_sizes(4096);
+    for pr in PRESETS {
+        let p = plan_run(&s, &preset_budget(pr.name), None).unwrap();
+        assert!(
+            p.trunk.bytes() <= (pr.trunk_gb * GB) as u64,
+            "{}: trunk {} over budget",
+            pr.name,
+            p.trunk.bytes()
+        );
+        let want_slots = (((pr.cache_gb * GB) as u64) / buffer_bytes(17_547_264)) as usize;
+        assert_eq!(p.cache_slots, want_slots.min(92 * 896), "{}", pr.name);
+        assert_eq!(p.tables_streamed, pr.name == "ultra", "{}", pr.name);
+    }
+    // desktop: 16 GB of trunk. Layer 0 pinned (else every slot is 2.34 GB); ring 2 × 1.27 GB.
+    let p = plan_run(&s, &preset_budget("desktop"), None).unwrap();
+    assert!(p.trunk.pinned[0], "{}", p.trunk.reason);
+    assert_eq!(p.trunk.ring_slots, 2);
+    assert_eq!(p.trunk.slot_bytes, buffer_bytes(1_267_744_256));
+    assert!(
+        p.trunk.reason.contains("layer 0 pinned"),
+        "{}",
+        p.trunk.reason
+    );
+    // server and max: the whole trunk resident, no ring
+    for name in ["server", "max"] {
+        let p = plan_run(&s, &preset_budget(name), None).unwrap();
+        assert_eq!(p.trunk.n_pinned(), 93, "{name}");
+        assert_eq!(p.trunk.ring_slots, 0, "{name}");
+        assert_eq!(p.trunk.streamed_bytes, 0, "{name}");
+    }
+    // laptop: 3 GB holds neither two slots of layer 0 nor layer 0 pinned plus one slot
+    let p = plan_run(&s, &preset_budget("laptop"), None).unwrap();
+    assert_eq!((p.trunk.ring_slots, p.trunk.n_pinned()), (1, 0));
+}
+
+#[test]
+fn below_the_minimum_is_refused_with_exit_3_and_the_shortfall() {
+    let s = k3_sizes(4096);
+    let e = plan_run(
+        &s,
+        &Budget {
+            mem: Some(3_000_000_000),
+            ..Budget::default()
+        },
+        None,
+    )
+    .unwrap_err();
+    assert_eq!(e.exit_code(), 3, "{e}");
+    assert!(
+        e.message.contains("below the minimum") && e.message.contains("short by"),
+        "{e}"
+    );
+    // a trunk budget below one slot of layer 0
+    let e = plan_run(
+        &s,
+        &Budget {
+            preset: preset("desktop"),
+            trunk: Some(2_000_000_000),
+            ..Budget::default()
+        },
+        None,
+    )
+    .unwrap_err();
+    assert_eq!(e.exit_code(), 3, "{e}");
+    assert!(e.message.contains("trunk budget"), "{e}");
+    // a cache below top-k experts
+    let e = plan_run(
+        &s,
+        &Budget {
+            cache: Some(100_000_000),
+            mem: Some(20_000_000_000),
+            ..Budget::default()
+        },
+        None,
+    )
+    .unwrap_err();
+    assert_eq!(e.exit_code(), 3, "{e}");
+    assert!(e.message.contains("top-k = 16"), "{e}");
+    // a plan larger than what is available
+    let p = plan_run(&s, &preset_budget("desktop"), Some(10_000_000_000)).unwrap();
+    let e = p.memory.check().unwrap_err();
+    assert_eq!(e.exit_code(), 3);
+    assert!(e.message.contains("short by"), "{e}");
+    // a fixed preset and --mem-gb together are a usage error
+    let e = plan_run(
+        &s,
+        &Budget {
+            preset: preset("laptop"),
+            mem: Some(9_000_000_000),
+            ..Budget::default()
+        },
+        None,
+    )
+    .unwrap_err();
+    assert_eq!(e.exit_code(), 2);
+}
+
+/// The fixed point: every ring slot holds the largest unpinned layer, so pinning a large layer
+/// can free more than it costs.
+#[test]
+fn pinned_set_minimises_streamed_bytes() {
+    // Sizes chosen as whole pages so buffer costs are run + 8192.
+    let p = |n: u64| n * 4096;
+    let slack = 8192;
+    // One big layer (100 pages) and four of 40.
+    let runs = [p(100), p(40), p(40), p(40), p(40)];
+    let cost = |n: u64| p(n) + slack;
+    // Budget: big pinned + 2 slots of 40 + one more 40 pinned = 100+40+80
+    let budget = cost(100) + cost(40) + 2 * cost(40);
+    let c = choose_trunk(&runs, budget, None).unwrap();
+    assert!(c.pinned[0], "{}", c.reason);
+    assert_eq!(c.n_pinned(), 2, "{}", c.reason);
+    assert_eq!((c.ring_slots, c.slot_bytes), (2, cost(40)));
+    assert_eq!(c.streamed_bytes, 3 * p(40));
+    // No room for two slots: one slot. Pinning the big layer (streaming 4 × 40) beats a slot
+    // of 100 next to one pinned 40 (streaming 100 + 3 × 40).
+    let c = choose_trunk(&runs, cost(100) + cost(40), None).unwrap();
+    assert_eq!(c.ring_slots, 1);
+    assert!(c.pinned[0], "{}", c.reason);
+    assert_eq!((c.n_pinned(), c.streamed_bytes), (1, 4 * p(40)));
+    // Only one slot of the big layer fits: nothing pinned.
+    let c = choose_trunk(&runs, cost(100) + cost(40) - 1, None).unwrap();
+    assert_eq!((c.ring_slots, c.n_pinned()), (1, 0));
+    // Forced ring of 3.
+    let c = choose_trunk(&runs, cost(100) + 3 * cost(40), Some(3)).unwrap();
+    assert_eq!((c.ring_slots, c.n_pinned()), (3, 1));
+    assert!(c.pinned[0]);
+    // Everything fits: all pinned, no ring.
+    let all: u64 = runs.iter().map(|&r| r + slack).sum();
+    let c = choose_trunk(&runs, all, Some(2)).unwrap();
+    assert_eq!((c.ring_slots, c.n_pinned(), c.streamed_bytes), (0, 5, 0));
+    // Below one slot of the largest layer: exit 3 naming the minimum.
+    let e = choose_trunk(&runs, cost(100) - 1, None).unwrap_err();
+    assert_eq!(e.exit_code(), 3);
+    assert!(e.message.contains("below the minimum"), "{e}");
+    // Pinned layers of one size are spread over the walk.
+    let runs = [p(10); 8];
+    let c = choose_trunk(&runs, 4 * (p(10) + slack), Some(1)).unwrap();
+    assert_eq!(c.n_pinned(), 3);
+    let pinned: Vec<usize> = (0..8).filter(|&l| c.pinned[l]).collect();
+    assert_eq!(pinned, [1, 4, 6]);
+}

@@ -1,0 +1,62 @@
+//! Peak RSS is the run's own (ENGINE.md §4: the number to quote, within the plan), and a
+//! budget below the minimum is refused with exit 3 before anything large is allocated.
+
+mod stream_support;
+use stream_support::*;
+
+/// A k3 started by a large parent reports its own peak, not the parent's: `getrusage`'s
+/// `ru_maxrss` survives `execve`, so it would report this test process's 256 MB.
+#[test]
+fn peak_rss_is_not_inherited_from_a_large_parent() {
+    let mut ballast = vec![1u8; 256 << 20];
+    for i in (0..ballast.len()).step_by(4096) {
+        ballast[i] = i as u8;
+    }
+    let r = run(
+        &fixture("tiny-k3"),
+        "rss_parent",
+        &["--ids", "1,2,3", "--gen", "2"],
+    );
+    check_ok(&r, "tiny-k3 from a 256 MB parent");
+    assert!(r.u64(&["memory", "peak_rss_bytes"]) < 64 << 20);
+    std::hint::black_box(&ballast);
+}
+
+#[test]
+fn budget_below_the_minimum_is_refused_with_exit_3_before_allocating() {
+    let m = moderate();
+    let r = run(
+        &m,
+        "rss_refused",
+        &["--ids", "1,2,3", "--gen", "2", "--mem-gb", "0.001"],
+    );
+    assert_eq!(r.code, Some(3), "{}", r.stderr);
+    assert!(r.stdout.is_empty());
+    assert!(
+        r.stderr.contains("--mem-gb") || r.stderr.contains("mem-gb"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("below the minimum") && r.stderr.contains("short by"),
+        "{}",
+        r.stderr
+    );
+    let j = r.json();
+    assert_eq!(j["error"]["exit_code"], 3);
+    // Nothing of the model was allocated: the process stayed at its baseline.
+    assert!(r.u64(&["memory", "peak_rss_bytes"]) < RSS_SLACK);
+    // A cache below top-k experts, and a trunk budget below one slot of the largest layer.
+    for (flag, v, want) in [
+        ("--cache-gb", "0.00001", "top-k"),
+        ("--trunk-gb", "0.00001", "trunk budget"),
+    ] {
+        let r = run(
+            &m,
+            "rss_refused2",
+            &["--ids", "1,2,3", "--gen", "2", flag, v],
+        );
+        assert_eq!(r.code, Some(3), "{flag}: {}", r.stderr);
+        assert!(r.stderr.contains(want), "{flag}: {}", r.stderr);
+    }
+}
