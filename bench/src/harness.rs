@@ -196,7 +196,8 @@ fn run_args(o: &Options, json: &Path, mem_gb: Option<f64>, gen: usize) -> Vec<St
 fn plan_accepts(o: &Options, g: f64) -> Result<bool, Fail> {
     let json = o.work_dir.join("floor-probe.json");
     let mut child = Command::new(&o.k3)
-        .args(run_args(o, &json, Some(g), 1))
+        // The same positions as the timed runs: the plan depends on them.
+        .args(run_args(o, &json, Some(g), o.gen))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -665,7 +666,7 @@ pub fn run(o: &Options) -> Result<Outcome, Fail> {
     let engine_read_bps = results
         .iter()
         .flat_map(|b| b.runs.iter())
-        .filter_map(|r| r.figures.as_ref().and_then(|f| f.read_rate()))
+        .filter_map(|r| r.figures.as_ref().map(|f| f.best_read_rate()))
         .fold(0.0, f64::max);
     Ok(Outcome {
         header,
@@ -699,6 +700,8 @@ pub struct Summary {
     pub engine_read_bps: Option<f64>,
     pub io_share: f64,
     pub io_s_per_token: f64,
+    pub trunk_wait_per_token: f64,
+    pub read_ahead: String,
     pub multiplied_bps: f64,
     pub roofline: Roofline,
     pub peak_rss: u64,
@@ -744,6 +747,8 @@ pub fn summarize(r: &BudgetResult, out: &Outcome) -> Option<Summary> {
         engine_read_bps: Spread::of(&rates).map(|s| s.median),
         io_share: median(ok.iter().map(|f| f.io_share)),
         io_s_per_token: median(ok.iter().map(|f| f.io_s_per_token())),
+        trunk_wait_per_token: median(ok.iter().map(|f| f.trunk_wait_per_token())),
+        read_ahead: format!("{}/{}", f0.trunk_reads_ahead, f0.trunk_reads),
         multiplied_bps: multiplied / spt.median,
         roofline: Roofline::new(read, out.device_bps, multiplied, out.mem_bps, spt.median),
         peak_rss: ok.iter().map(|f| f.peak_rss).max().unwrap_or(0),
@@ -819,7 +824,7 @@ pub fn summary_tsv(out: &Outcome) -> String {
     let _ = writeln!(t, "# GB = 1e9 B, MB = 1e6 B; per-token figures are decode steps (the first step carries the prefill); trunk and table bytes per token = run totals / forward passes; decode_io_s_per_token = each kind's read seconds x the share of its bytes one decode token reads (estimate); io_share = the engine's whole-run figure; roofline_ratio = max(read_per_token / device, multiplied_per_token / membw) / s_per_token_median");
     let _ = writeln!(
         t,
-        "budget\tflags\truns_ok\ts_per_token_median\ts_per_token_min\ts_per_token_max\tgoal_s_per_token\tanchor_s_per_token\ttrunk_read_B_per_token\texpert_read_B_per_token\ttable_read_B_per_token\tread_B_per_token\tachieved_MBps\tdevice_MBps\tachieved_vs_device\tengine_read_MBps\tio_share\tdecode_io_s_per_token\tdecode_io_share\tmultiplied_B_per_token\tmultiplied_GBps\tmembw_GBps\tmultiplied_vs_membw\tt_device_s\tt_memory_s\tbound\troofline_ratio\tpeak_rss_B\tplan_total_B\trss_vs_plan\tload_s\tprefill_s\tlogits_hash\tmax_load1\tmax_cpu_busy\tlayout"
+        "budget\tflags\truns_ok\ts_per_token_median\ts_per_token_min\ts_per_token_max\tgoal_s_per_token\tanchor_s_per_token\ttrunk_read_B_per_token\texpert_read_B_per_token\ttable_read_B_per_token\tread_B_per_token\tachieved_MBps\tdevice_MBps\tachieved_vs_device\tengine_read_MBps\tio_share\tdecode_io_s_per_token\tdecode_io_share\ttrunk_wait_s_per_token\ttrunk_reads_ahead\tmultiplied_B_per_token\tmultiplied_GBps\tmembw_GBps\tmultiplied_vs_membw\tt_device_s\tt_memory_s\tbound\troofline_ratio\tpeak_rss_B\tplan_total_B\trss_vs_plan\tload_s\tprefill_s\tlogits_hash\tmax_load1\tmax_cpu_busy\tlayout"
     );
     for r in &out.budgets {
         let (goal, anchor) = goal_of(&r.budget, out.floor_gb);
@@ -827,7 +832,7 @@ pub fn summary_tsv(out: &Outcome) -> String {
             Some(s) => {
                 let _ = writeln!(
                     t,
-                    "{}\t{}\t{}/{}\t{:.4}\t{:.4}\t{:.4}\t{goal}\t{anchor}\t{:.0}\t{:.0}\t{:.0}\t{:.0}\t{:.1}\t{:.1}\t{:.3}\t{}\t{:.3}\t{:.4}\t{:.3}\t{}\t{:.2}\t{:.2}\t{:.3}\t{:.4}\t{:.4}\t{}\t{:.3}\t{}\t{}\t{:.3}\t{:.2}\t{:.2}\t{}\t{:.2}\t{:.2}\t{}",
+                    "{}\t{}\t{}/{}\t{:.4}\t{:.4}\t{:.4}\t{goal}\t{anchor}\t{:.0}\t{:.0}\t{:.0}\t{:.0}\t{:.1}\t{:.1}\t{:.3}\t{}\t{:.3}\t{:.4}\t{:.3}\t{:.4}\t{}\t{}\t{:.2}\t{:.2}\t{:.3}\t{:.4}\t{:.4}\t{}\t{:.3}\t{}\t{}\t{:.3}\t{:.2}\t{:.2}\t{}\t{:.2}\t{:.2}\t{}",
                     s.label,
                     if s.flags.is_empty() { "-" } else { &s.flags },
                     s.ok,
@@ -846,6 +851,8 @@ pub fn summary_tsv(out: &Outcome) -> String {
                     s.io_share,
                     s.io_s_per_token,
                     s.io_s_per_token / s.spt.median,
+                    s.trunk_wait_per_token,
+                    s.read_ahead,
                     out.step.multiplied(),
                     s.multiplied_bps / 1e9,
                     out.mem_bps / 1e9,
@@ -1125,6 +1132,10 @@ mod tests {
             ring_slots: 2,
             cache_slots: 100,
             expert_hit_rate: 0.5,
+            trunk_wait_s: 6.0,
+            trunk_reads: 24,
+            trunk_reads_ahead: 12,
+            forwards: 6,
         };
         let row = |rep, figures: Option<RunFigures>| RunRow {
             budget: "7.4GB".into(),

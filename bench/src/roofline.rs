@@ -161,6 +161,13 @@ pub struct RunFigures {
     pub cache_slots: u64,
     /// `expert_cache.true_resident_hit_rate`.
     pub expert_hit_rate: f64,
+    /// `trunk.wait_seconds` (time the forward waited for trunk reads), `trunk.reads`,
+    /// `trunk.reads_ahead` (reads issued ahead of their layer); 0 in reports without them.
+    pub trunk_wait_s: f64,
+    pub trunk_reads: u64,
+    pub trunk_reads_ahead: u64,
+    /// Forward passes of the run (see [`forwards`]).
+    pub forwards: usize,
 }
 
 /// Forward passes of a run: one per prefill chunk, then one per generated token after the
@@ -232,6 +239,10 @@ impl RunFigures {
             ring_slots: u(v, &["trunk", "ring_slots"])?,
             cache_slots: u(v, &["expert_cache", "slots"])?,
             expert_hit_rate: f(v, &["expert_cache", "true_resident_hit_rate"])?,
+            trunk_wait_s: v["trunk"]["wait_seconds"].as_f64().unwrap_or(0.0),
+            trunk_reads: v["trunk"]["reads"].as_u64().unwrap_or(0),
+            trunk_reads_ahead: v["trunk"]["reads_ahead"].as_u64().unwrap_or(0),
+            forwards: fw as usize,
         })
     }
 
@@ -265,6 +276,25 @@ impl RunFigures {
             self.table_bytes_per_token,
             self.table_bytes_total,
         )
+    }
+
+    /// The fastest kind of read (experts, trunk, model tables: bytes ÷ read seconds) in bytes/s,
+    /// 0 when nothing was read. What the device delivered to the engine's best pattern.
+    pub fn best_read_rate(&self) -> f64 {
+        [
+            (self.expert_bytes_total, self.expert_read_s),
+            (self.trunk_bytes_total, self.trunk_read_s),
+            (self.table_bytes_total, self.table_read_s),
+        ]
+        .iter()
+        .filter(|(b, s)| *b > 0 && *s > 0.0)
+        .map(|(b, s)| *b as f64 / s)
+        .fold(0.0, f64::max)
+    }
+
+    /// Seconds per forward pass the forward waited for trunk reads.
+    pub fn trunk_wait_per_token(&self) -> f64 {
+        self.trunk_wait_s / self.forwards.max(1) as f64
     }
 
     /// The rate the engine's reads ran at while reading (bytes ÷ read seconds, all kinds), in
@@ -444,6 +474,8 @@ mod tests {
         assert_eq!(r.table_bytes_per_token, 10.0);
         assert_eq!(r.bytes_read_per_token(), 130.0);
         assert_eq!(r.read_rate(), Some((1060.0 + 600.0 + 60.0) / 2.0));
+        assert_eq!(r.best_read_rate(), 2120.0);
+        assert_eq!(r.forwards, 6);
         // experts 0.5 s x 20/1060 + trunk 1.0 s x 100/600 + tables 0.5 s x 10/60
         let want = 0.5 * 20.0 / 1060.0 + 1.0 / 6.0 + 0.5 / 6.0;
         assert!((r.io_s_per_token() - want).abs() < 1e-12);
