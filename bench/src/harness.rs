@@ -704,6 +704,8 @@ pub struct Summary {
     pub read_ahead: String,
     pub multiplied_bps: f64,
     pub roofline: Roofline,
+    /// The roofline against the best device pattern alone (without the engine's own reads).
+    pub roofline_patterns: Roofline,
     pub peak_rss: u64,
     pub plan_total: u64,
     pub load_s: f64,
@@ -751,6 +753,13 @@ pub fn summarize(r: &BudgetResult, out: &Outcome) -> Option<Summary> {
         read_ahead: format!("{}/{}", f0.trunk_reads_ahead, f0.trunk_reads),
         multiplied_bps: multiplied / spt.median,
         roofline: Roofline::new(read, out.device_bps, multiplied, out.mem_bps, spt.median),
+        roofline_patterns: Roofline::new(
+            read,
+            out.device_patterns_bps,
+            multiplied,
+            out.mem_bps,
+            spt.median,
+        ),
         peak_rss: ok.iter().map(|f| f.peak_rss).max().unwrap_or(0),
         plan_total: ok.iter().map(|f| f.plan_total).max().unwrap_or(0),
         load_s: median(ok.iter().map(|f| f.load_s)),
@@ -824,7 +833,7 @@ pub fn summary_tsv(out: &Outcome) -> String {
     let _ = writeln!(t, "# GB = 1e9 B, MB = 1e6 B; per-token figures are decode steps (the first step carries the prefill); trunk and table bytes per token = run totals / forward passes; decode_io_s_per_token = each kind's read seconds x the share of its bytes one decode token reads (estimate); io_share = the engine's whole-run figure; roofline_ratio = max(read_per_token / device, multiplied_per_token / membw) / s_per_token_median");
     let _ = writeln!(
         t,
-        "budget\tflags\truns_ok\ts_per_token_median\ts_per_token_min\ts_per_token_max\tgoal_s_per_token\tanchor_s_per_token\ttrunk_read_B_per_token\texpert_read_B_per_token\ttable_read_B_per_token\tread_B_per_token\tachieved_MBps\tdevice_MBps\tachieved_vs_device\tengine_read_MBps\tio_share\tdecode_io_s_per_token\tdecode_io_share\ttrunk_wait_s_per_token\ttrunk_reads_ahead\tmultiplied_B_per_token\tmultiplied_GBps\tmembw_GBps\tmultiplied_vs_membw\tt_device_s\tt_memory_s\tbound\troofline_ratio\tpeak_rss_B\tplan_total_B\trss_vs_plan\tload_s\tprefill_s\tlogits_hash\tmax_load1\tmax_cpu_busy\tlayout"
+        "budget\tflags\truns_ok\ts_per_token_median\ts_per_token_min\ts_per_token_max\tgoal_s_per_token\tanchor_s_per_token\ttrunk_read_B_per_token\texpert_read_B_per_token\ttable_read_B_per_token\tread_B_per_token\tachieved_MBps\tdevice_MBps\tachieved_vs_device\tengine_read_MBps\tio_share\tdecode_io_s_per_token\tdecode_io_share\ttrunk_wait_s_per_token\ttrunk_reads_ahead\tmultiplied_B_per_token\tmultiplied_GBps\tmembw_GBps\tmultiplied_vs_membw\tt_device_s\tt_memory_s\tbound\troofline_ratio\troofline_ratio_vs_patterns\tpeak_rss_B\tplan_total_B\trss_vs_plan\tload_s\tprefill_s\tlogits_hash\tmax_load1\tmax_cpu_busy\tlayout"
     );
     for r in &out.budgets {
         let (goal, anchor) = goal_of(&r.budget, out.floor_gb);
@@ -832,7 +841,7 @@ pub fn summary_tsv(out: &Outcome) -> String {
             Some(s) => {
                 let _ = writeln!(
                     t,
-                    "{}\t{}\t{}/{}\t{:.4}\t{:.4}\t{:.4}\t{goal}\t{anchor}\t{:.0}\t{:.0}\t{:.0}\t{:.0}\t{:.1}\t{:.1}\t{:.3}\t{}\t{:.3}\t{:.4}\t{:.3}\t{:.4}\t{}\t{}\t{:.2}\t{:.2}\t{:.3}\t{:.4}\t{:.4}\t{}\t{:.3}\t{}\t{}\t{:.3}\t{:.2}\t{:.2}\t{}\t{:.2}\t{:.2}\t{}",
+                    "{}\t{}\t{}/{}\t{:.4}\t{:.4}\t{:.4}\t{goal}\t{anchor}\t{:.0}\t{:.0}\t{:.0}\t{:.0}\t{:.1}\t{:.1}\t{:.3}\t{}\t{:.3}\t{:.4}\t{:.3}\t{:.4}\t{}\t{}\t{:.2}\t{:.2}\t{:.3}\t{:.4}\t{:.4}\t{}\t{:.3}\t{:.3}\t{}\t{}\t{:.3}\t{:.2}\t{:.2}\t{}\t{:.2}\t{:.2}\t{}",
                     s.label,
                     if s.flags.is_empty() { "-" } else { &s.flags },
                     s.ok,
@@ -861,6 +870,7 @@ pub fn summary_tsv(out: &Outcome) -> String {
                     s.roofline.t_memory,
                     s.roofline.bound(),
                     s.roofline.ratio,
+                    s.roofline_patterns.ratio,
                     s.peak_rss,
                     s.plan_total,
                     s.peak_rss as f64 / s.plan_total.max(1) as f64,
