@@ -29,7 +29,8 @@ pub struct MemoryPlan {
     pub kda_state: u64,
     /// MLA latent cache for prompt + generation (MODEL.md §8).
     pub mla_cache: u64,
-    /// Per-chunk activations and logits rows (an upper bound).
+    /// Per-chunk activations and logits rows (an upper bound), and in a streamed run's plan
+    /// the [`PROCESS_BASELINE`].
     pub scratch: u64,
     /// Tokenizer tables (0 without a tokenizer).
     pub tokenizer: u64,
@@ -621,6 +622,11 @@ pub struct RunPlan {
 pub const AUTO_MARGIN_SHARE: f64 = 0.10;
 /// At least this much is left free by `auto`.
 pub const AUTO_MARGIN_MIN: u64 = 500_000_000;
+/// Resident memory of the process itself, counted in the plan's `scratch`: the binary's code and
+/// data, libc, the stacks of the compute and I/O threads, allocator bookkeeping and load-time
+/// transients (5–7 MB measured on the test checkpoints), so that a hard limit of the plan's
+/// size holds the whole process (ENGINE.md §4).
+pub const PROCESS_BASELINE: u64 = 12 << 20;
 /// Target bytes of one lm_head chunk slot when the tables stream.
 pub const HEAD_CHUNK_BYTES: u64 = 32 << 20;
 
@@ -642,9 +648,12 @@ impl ModelSizes {
             + 2 * buffer_bytes(self.row * self.head_chunk_rows() as u64)
             + self.table_vectors
     }
-    /// Scratch including the lm_head block (rows × chunk rows fp32).
+    /// Scratch including the lm_head block (rows × chunk rows fp32) and the
+    /// [`PROCESS_BASELINE`].
     pub fn scratch_with_head(&self) -> u64 {
-        self.scratch + 4 * self.logits_rows as u64 * self.head_chunk_rows() as u64
+        self.scratch
+            + 4 * self.logits_rows as u64 * self.head_chunk_rows() as u64
+            + PROCESS_BASELINE
     }
     /// The fixed items (independent of the budget split).
     pub fn fixed(&self) -> u64 {
@@ -780,7 +789,7 @@ pub fn plan_run(s: &ModelSizes, b: &Budget, available: Option<u64>) -> Result<Ru
                 + b.cache.unwrap_or(s.cache_min());
             if m < min_total {
                 return Err(Error::resources(format!(
-                    "memory budget {} ({name}) is below the minimum {} for this model (fixed items {} incl. KDA state {} and MLA cache {}; trunk {}; streamed model tables {}; expert cache {}), short by {}; give a larger --mem-gb, fewer positions, or free memory",
+                    "memory plan does not fit: the budget {} ({name}) is below the minimum {} for this model (fixed items {} incl. KDA state {} and MLA cache {}; trunk {}; streamed model tables {}; expert cache {}), short by {}; give a larger --mem-gb, fewer positions (--gen, a shorter prompt), or free memory",
                     gb(m),
                     gb(min_total),
                     gb(fixed),
@@ -876,6 +885,34 @@ pub fn plan_run(s: &ModelSizes, b: &Budget, available: Option<u64>) -> Result<Ru
         cache_slot_bytes: s.expert_stride,
         notes,
     })
+}
+
+/// The smallest plan of a model (one ring slot for the largest layer, nothing pinned, model
+/// tables streamed, top-k cache slots): what a refusal reports as the figures of the run.
+pub fn minimum_plan(s: &ModelSizes, available: Option<u64>) -> MemoryPlan {
+    let mut p = MemoryPlan {
+        trunk_resident: s.layer_vectors,
+        trunk_ring: s.trunk_min(),
+        model_tables: s.tables_streamed(),
+        expert_cache: s.cache_min(),
+        kda_state: s.kda_state,
+        mla_cache: s.mla_cache,
+        scratch: s.scratch_with_head(),
+        tokenizer: s.tokenizer,
+        tensor_index: s.tensor_index,
+        total: 0,
+        available,
+    };
+    p.total = p.trunk_resident
+        + p.trunk_ring
+        + p.model_tables
+        + p.expert_cache
+        + p.kda_state
+        + p.mla_cache
+        + p.scratch
+        + p.tokenizer
+        + p.tensor_index;
+    p
 }
 
 /// Run length of layer `l`'s trunk from the catalogue (MODEL.md §4, §9: 2,341,213,184 B for

@@ -24,6 +24,8 @@ pub struct StepReport {
     pub logits_fnv1a64: u64,
     /// Expert counters during that forward.
     pub experts: ExpertStats,
+    /// Trunk and model-table bytes read during that forward.
+    pub dense_bytes_read: u64,
 }
 
 /// Timings in seconds (FORMATS.md §10 `timing`).
@@ -144,6 +146,9 @@ impl RunReport {
                         .with("logits_fnv1a64", hex(s.logits_fnv1a64)),
                     &s.experts,
                 )
+                .with("bytes_read", s.experts.bytes_read + s.dense_bytes_read)
+                .with("expert_bytes_read", s.experts.bytes_read)
+                .with("trunk_bytes_read", s.dense_bytes_read)
                 .into()
             })
             .collect();
@@ -372,7 +377,7 @@ impl RunReport {
             s.seconds,
             s.experts.resident_hits,
             s.experts.reads,
-            s.experts.bytes_read as f64 / 1e9,
+            (s.experts.bytes_read + s.dense_bytes_read) as f64 / 1e9,
             rate
         )
     }

@@ -235,6 +235,9 @@ fn truncate_mid_run(model: &Path, tag: &str, victim: &Path, extra: &[&str]) {
         .collect();
     let j: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     assert_eq!(j["error"]["exit_code"], 4);
+    // the failed run's report still carries its counters
+    assert!(j["trunk"]["binds"].as_u64().unwrap() > 0, "{tag}");
+    assert!(j["expert_cache"]["requests"].as_u64().unwrap() > 0, "{tag}");
     let in_json: Vec<u64> = j["generated_ids"]
         .as_array()
         .unwrap()

@@ -532,7 +532,14 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
         logits_rows,
     };
     let available = crate::io::sys::memory_available().available();
-    let rp = plan_run(&sizes, &req.budget, available)?;
+    let rp = match plan_run(&sizes, &req.budget, available) {
+        Ok(p) => p,
+        Err(e) => {
+            // The report still carries the figures: the smallest plan of this model.
+            rep.plan = Some(crate::plan::minimum_plan(&sizes, available));
+            return Err(e);
+        }
+    };
     let plan = rp.memory.clone();
     say(&format!(
         "{}\n  budget: {}{}{}",
@@ -606,191 +613,218 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
         }
     ));
 
-    let mut state = DecodeState::new(&d, layers, positions.max(1));
-    let mut dump = Dump::open(&req.dump_logits)?;
-    let mut hash = Fnv1a64::new();
-    let mut out = std::io::stdout();
-    let mut printer = tok.as_ref().map(|t| TextPrinter::new(t, std::io::stdout()));
-    let v = d.v;
-    let m = &model;
-
-    // Progress of a multi-chunk forward, on a terminal only (ENGINE.md §6).
-    let progress = !quiet && !req.no_progress && crate::io::sys::stderr_is_terminal();
-    // Runs `ids` from a fresh or continued state in prefill chunks. With `all`, every chunk's
-    // rows go to `sink` as they are computed (never more than one chunk held); returns the last
-    // position's logits.
-    let forward_chunks = |state: &mut DecodeState,
-                          trunk: &mut StreamedTrunk,
-                          experts: &mut dyn ExpertSource,
-                          ids: &[u32],
-                          all: bool,
-                          sink: &mut dyn FnMut(&[f32]) -> Result<()>|
-     -> Result<Vec<f32>> {
-        let n_chunks = ids.len().div_ceil(req.chunk);
-        let mut last_row = Vec::new();
-        for (ci, ch) in ids.chunks(req.chunk).enumerate() {
-            let last = ci + 1 == n_chunks;
-            let want = if all {
-                LogitRows::All
-            } else if last {
-                LogitRows::Last
-            } else {
-                LogitRows::None
-            };
-            let rows = m.forward(&ex, trunk, experts, state, ch, want)?;
-            if all {
-                sink(&rows)?;
-            }
-            if last {
-                last_row = rows[rows.len() - v..].to_vec();
-            }
-            if progress && n_chunks > 1 {
-                eprint!(
-                    "\rprefill: chunk {}/{n_chunks} ({} positions)",
-                    ci + 1,
-                    state.n_pos
-                );
-                if last {
-                    eprint!("\r\x1b[K");
-                }
-            }
-        }
-        Ok(last_row)
-    };
-
-    // Prefill (the first full-recompute step is the same forward).
-    let t_pre = Instant::now();
-    let s0 = experts.stats();
-    let teacher_forced = req.gen == 0;
-    let mut hashed = 0usize;
-    let mut logits = forward_chunks(
-        &mut state,
-        &mut trunk,
-        &mut experts,
-        &ids,
-        want_all,
-        &mut |rows| {
-            dump.rows(rows)?;
-            if teacher_forced {
-                // --gen 0: every teacher-forced row is hashed (documented in the report)
-                for r in rows.chunks(v) {
-                    hash.update_f32(r);
-                    hashed += 1;
-                }
-            }
-            Ok(())
-        },
-    )?;
-    rep.timing.prefill_seconds = t_pre.elapsed().as_secs_f64();
-    rep.layers_completed = layers;
-    rep.logits_hashed += hashed;
-    say(&format!(
-        "prefill: {} positions in {} chunks of up to {}, {:.3} s",
-        ids.len(),
-        ids.len().div_ceil(req.chunk),
-        req.chunk,
-        rep.timing.prefill_seconds
-    ));
-    if teacher_forced {
-        rep.stop_reason = "length".to_string();
-    }
-    let mut step_secs = rep.timing.prefill_seconds;
-    let mut step_stats = diff(experts.stats(), s0);
-    let mut full = ids.clone();
-    let mut printed = false;
-    // Text and step lines on the same terminal would interleave mid-line: then the step
-    // lines follow the generated text (ENGINE.md §6 content, cleanly separated).
-    let defer_steps = printer.is_some()
-        && crate::io::sys::stdout_is_terminal()
-        && crate::io::sys::stderr_is_terminal();
+    // The generation; the counters land in the report whether it succeeds or fails.
     let mut deferred: Vec<String> = Vec::new();
-    for step in 0..req.gen {
-        // The forward refused non-finite logits, so the argmax is over finite values.
-        let tok = k3_kernels::argmax(&logits)
-            .ok_or_else(|| Error::internal("argmax over empty or NaN logits"))?
-            as u32;
-        hash.update_f32(&logits);
-        rep.logits_hashed += 1;
-        rep.generated_ids.push(tok);
-        full.push(tok);
-        rep.steps.push(StepReport {
-            token_id: tok,
-            seconds: step_secs,
-            logits_fnv1a64: k3_kernels::fnv1a64_f32(&logits),
-            experts: step_stats,
-        });
-        match &mut printer {
-            Some(p) => p.push(tok)?,
-            None => {
-                let _ = write!(out, "{}{tok}", if printed { "," } else { "" });
-                let _ = out.flush();
+    let res = (|| -> Result<()> {
+        let mut state = DecodeState::new(&d, layers, positions.max(1));
+        let mut dump = Dump::open(&req.dump_logits)?;
+        let mut hash = Fnv1a64::new();
+        let mut out = std::io::stdout();
+        let mut printer = tok.as_ref().map(|t| TextPrinter::new(t, std::io::stdout()));
+        let v = d.v;
+        let m = &model;
+
+        // Progress of a multi-chunk forward, on a terminal only (ENGINE.md §6).
+        let progress = !quiet && !req.no_progress && crate::io::sys::stderr_is_terminal();
+        // Runs `ids` from a fresh or continued state in prefill chunks. With `all`, every chunk's
+        // rows go to `sink` as they are computed (never more than one chunk held); returns the last
+        // position's logits.
+        let forward_chunks = |state: &mut DecodeState,
+                              trunk: &mut StreamedTrunk,
+                              experts: &mut dyn ExpertSource,
+                              ids: &[u32],
+                              all: bool,
+                              show: bool,
+                              sink: &mut dyn FnMut(&[f32]) -> Result<()>|
+         -> Result<Vec<f32>> {
+            let n_chunks = ids.len().div_ceil(req.chunk);
+            let mut last_row = Vec::new();
+            // (only the prompt's forward shows progress: later ones would cut into the text)
+            let progress = progress && show;
+            let mut trunk = LayerProgress {
+                inner: trunk,
+                on: progress,
+                chunk: 0,
+                n_chunks,
+                layers,
+                shown: None,
+            };
+            let trunk = &mut trunk;
+            for (ci, ch) in ids.chunks(req.chunk).enumerate() {
+                trunk.chunk = ci;
+                let last = ci + 1 == n_chunks;
+                let want = if all {
+                    LogitRows::All
+                } else if last {
+                    LogitRows::Last
+                } else {
+                    LogitRows::None
+                };
+                let rows = m.forward(&ex, trunk, experts, state, ch, want)?;
+                if all {
+                    sink(&rows)?;
+                }
+                if last {
+                    last_row = rows[rows.len() - v..].to_vec();
+                }
+                if progress && n_chunks > 1 {
+                    eprint!(
+                        "\rprefill: chunk {}/{n_chunks} ({} positions)",
+                        ci + 1,
+                        state.n_pos
+                    );
+                    if last {
+                        eprint!("\r\x1b[K");
+                    }
+                }
             }
-        }
-        printed = true;
-        if !quiet {
-            if defer_steps {
-                deferred.push(rep.step_line(step));
-            } else {
-                eprintln!("{}", rep.step_line(step));
+            if trunk.shown.is_some() {
+                eprint!("\r\x1b[K");
             }
-        }
-        if end_ids.contains(&tok) {
-            rep.stop_reason = "end_of_turn".to_string();
-            break;
-        }
-        if req.stop_ids.contains(&tok) {
-            rep.stop_reason = "stop_id".to_string();
-            break;
-        }
-        if step + 1 == req.gen {
-            rep.stop_reason = "length".to_string();
-            break;
-        }
-        let t = Instant::now();
-        let s = experts.stats();
-        logits = if req.full_recompute {
-            state.reset();
-            forward_chunks(
-                &mut state,
-                &mut trunk,
-                &mut experts,
-                &full,
-                false,
-                &mut |_| Ok(()),
-            )?
-        } else {
-            m.forward(
-                &ex,
-                &mut trunk,
-                &mut experts,
-                &mut state,
-                &[tok],
-                LogitRows::Last,
-            )?
+            Ok(last_row)
         };
-        dump.rows(&logits)?;
-        step_secs = t.elapsed().as_secs_f64();
-        rep.timing.decode_seconds += step_secs;
-        step_stats = diff(experts.stats(), s);
-    }
-    match &mut printer {
-        Some(p) => {
-            p.finish()?;
-            let _ = writeln!(out);
+
+        // Prefill (the first full-recompute step is the same forward).
+        let t_pre = Instant::now();
+        let s0 = experts.stats();
+        let dense0 = dense_bytes(&trunk);
+        let teacher_forced = req.gen == 0;
+        let mut hashed = 0usize;
+        let mut logits = forward_chunks(
+            &mut state,
+            &mut trunk,
+            &mut experts,
+            &ids,
+            want_all,
+            true,
+            &mut |rows| {
+                dump.rows(rows)?;
+                if teacher_forced {
+                    // --gen 0: every teacher-forced row is hashed (documented in the report)
+                    for r in rows.chunks(v) {
+                        hash.update_f32(r);
+                        hashed += 1;
+                    }
+                }
+                Ok(())
+            },
+        )?;
+        rep.timing.prefill_seconds = t_pre.elapsed().as_secs_f64();
+        rep.layers_completed = layers;
+        rep.logits_hashed += hashed;
+        say(&format!(
+            "prefill: {} positions in {} chunks of up to {}, {:.3} s",
+            ids.len(),
+            ids.len().div_ceil(req.chunk),
+            req.chunk,
+            rep.timing.prefill_seconds
+        ));
+        if teacher_forced {
+            rep.stop_reason = "length".to_string();
         }
-        None if printed => {
-            let _ = writeln!(out);
+        let mut step_secs = rep.timing.prefill_seconds;
+        let mut step_stats = diff(experts.stats(), s0);
+        let mut step_dense = dense_bytes(&trunk) - dense0;
+        let mut full = ids.clone();
+        let mut printed = false;
+        // Text and step lines on the same terminal would interleave mid-line: then the step
+        // lines follow the generated text (ENGINE.md §6 content, cleanly separated).
+        let defer_steps = printer.is_some()
+            && crate::io::sys::stdout_is_terminal()
+            && crate::io::sys::stderr_is_terminal();
+        for step in 0..req.gen {
+            // The forward refused non-finite logits, so the argmax is over finite values.
+            let tok = k3_kernels::argmax(&logits)
+                .ok_or_else(|| Error::internal("argmax over empty or NaN logits"))?
+                as u32;
+            hash.update_f32(&logits);
+            rep.logits_hashed += 1;
+            rep.generated_ids.push(tok);
+            full.push(tok);
+            rep.steps.push(StepReport {
+                token_id: tok,
+                seconds: step_secs,
+                logits_fnv1a64: k3_kernels::fnv1a64_f32(&logits),
+                experts: step_stats,
+                dense_bytes_read: step_dense,
+            });
+            match &mut printer {
+                Some(p) => p.push(tok)?,
+                None => {
+                    let _ = write!(out, "{}{tok}", if printed { "," } else { "" });
+                    let _ = out.flush();
+                }
+            }
+            printed = true;
+            if !quiet {
+                if defer_steps {
+                    deferred.push(rep.step_line(step));
+                } else {
+                    eprintln!("{}", rep.step_line(step));
+                }
+            }
+            if end_ids.contains(&tok) {
+                rep.stop_reason = "end_of_turn".to_string();
+                break;
+            }
+            if req.stop_ids.contains(&tok) {
+                rep.stop_reason = "stop_id".to_string();
+                break;
+            }
+            if step + 1 == req.gen {
+                rep.stop_reason = "length".to_string();
+                break;
+            }
+            let t = Instant::now();
+            let s = experts.stats();
+            let dense_s = dense_bytes(&trunk);
+            logits = if req.full_recompute {
+                state.reset();
+                forward_chunks(
+                    &mut state,
+                    &mut trunk,
+                    &mut experts,
+                    &full,
+                    false,
+                    false,
+                    &mut |_| Ok(()),
+                )?
+            } else {
+                m.forward(
+                    &ex,
+                    &mut trunk,
+                    &mut experts,
+                    &mut state,
+                    &[tok],
+                    LogitRows::Last,
+                )?
+            };
+            dump.rows(&logits)?;
+            step_secs = t.elapsed().as_secs_f64();
+            rep.timing.decode_seconds += step_secs;
+            step_stats = diff(experts.stats(), s);
+            step_dense = dense_bytes(&trunk) - dense_s;
         }
-        None => {}
-    }
-    if let Some(t) = &tok {
-        rep.generated_text = Some(t.decode_lossy(&rep.generated_ids)?);
-    }
-    dump.finish()?;
-    if let Some(t) = experts.trace.take() {
-        t.finish()?;
-    }
-    rep.logits_hash = hash.finish();
+        match &mut printer {
+            Some(p) => {
+                p.finish()?;
+                let _ = writeln!(out);
+            }
+            None if printed => {
+                let _ = writeln!(out);
+            }
+            None => {}
+        }
+        if let Some(t) = &tok {
+            rep.generated_text = Some(t.decode_lossy(&rep.generated_ids)?);
+        }
+        dump.finish()?;
+        if let Some(t) = experts.trace.take() {
+            t.finish()?;
+        }
+        rep.logits_hash = hash.finish();
+        Ok(())
+    })();
     rep.experts = experts.stats();
     rep.cache = experts.inner.cache_stats();
     rep.trunk.stats = trunk.stats();
@@ -800,7 +834,13 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
         eprintln!("{line}");
     }
     rep.timing.wall_seconds = wall.elapsed().as_secs_f64();
-    Ok(())
+    res
+}
+
+/// Trunk and model-table bytes read so far (the dense part of a step's "GB read").
+fn dense_bytes(t: &StreamedTrunk) -> u64 {
+    let ts = t.table_stats();
+    t.stats().bytes_read + ts.embedding_bytes_read + ts.lm_head_bytes_read
 }
 
 fn diff(a: ExpertStats, b: ExpertStats) -> ExpertStats {
@@ -841,6 +881,42 @@ impl<S: ExpertSource> ExpertSource for Traced<S> {
     }
     fn stats(&self) -> ExpertStats {
         self.inner.stats()
+    }
+}
+
+/// Per-layer progress of a prefill forward on a terminal (ENGINE.md §6): a forward over a
+/// streamed trunk can take minutes, so the layer being bound is shown, at most 5 times a second.
+struct LayerProgress<'a> {
+    inner: &'a mut StreamedTrunk,
+    on: bool,
+    chunk: usize,
+    n_chunks: usize,
+    layers: usize,
+    shown: Option<Instant>,
+}
+
+impl model::TrunkSource for LayerProgress<'_> {
+    fn layer_buf(&mut self, l: usize) -> Result<&[u16]> {
+        if self.on && self.shown.is_none_or(|t| t.elapsed().as_millis() >= 200) {
+            eprint!(
+                "\rprefill: chunk {}/{}, layer {}/{}\x1b[K",
+                self.chunk + 1,
+                self.n_chunks,
+                l + 1,
+                self.layers
+            );
+            self.shown = Some(Instant::now());
+        }
+        self.inner.layer_buf(l)
+    }
+    fn embed_row(&mut self, id: usize) -> Result<&[u16]> {
+        self.inner.embed_row(id)
+    }
+    fn lm_head(
+        &mut self,
+        f: &mut dyn FnMut(usize, model::weights::Bf16Mat<'_>) -> Result<()>,
+    ) -> Result<()> {
+        self.inner.lm_head(f)
     }
 }
 

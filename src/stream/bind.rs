@@ -207,7 +207,15 @@ pub fn bind(
         )?,
     };
     let trunk_io = Arc::new(IoThreads::new(1)?);
-    let trunk = StreamedTrunk::new(reads, conf.pinned, conf.ring_slots, tables_src, trunk_io)?;
+    let table_io = Arc::new(IoThreads::new(1)?);
+    let trunk = StreamedTrunk::new(
+        reads,
+        conf.pinned,
+        conf.ring_slots,
+        tables_src,
+        trunk_io,
+        table_io,
+    )?;
     let shape = ExpertShape {
         inter: dims.i,
         latent: dims.l,

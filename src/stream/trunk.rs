@@ -130,6 +130,8 @@ pub struct StreamedTrunk {
     current: Option<usize>,
     io: Arc<IoThreads>,
     tables: Tables,
+    /// The tables' own reader: an lm_head chunk must not queue behind a layer read-ahead.
+    table_io: Arc<IoThreads>,
     stats: TrunkStats,
     slot_bytes: usize,
 }
@@ -137,6 +139,7 @@ pub struct StreamedTrunk {
 impl StreamedTrunk {
     /// Builds the trunk: reads every pinned layer now into its own pre-faulted buffer, and
     /// allocates (and faults in) `ring_slots` slots of the largest streamed layer's buffer.
+    /// Layer read-ahead runs on `io`; streamed model tables read on `table_io`.
     ///
     /// Errors: exit 3 if memory is refused; a read failure of a pinned layer is exit 2 (found
     /// while loading, before the run); exit 1 if a streamed layer exists without a ring slot.
@@ -146,6 +149,7 @@ impl StreamedTrunk {
         ring_slots: usize,
         tables: Tables,
         io: Arc<IoThreads>,
+        table_io: Arc<IoThreads>,
     ) -> Result<StreamedTrunk> {
         let slot_bytes = layers
             .iter()
@@ -190,6 +194,7 @@ impl StreamedTrunk {
             current: None,
             io,
             tables,
+            table_io,
             stats: TrunkStats::default(),
             slot_bytes,
         })
@@ -419,11 +424,11 @@ impl TrunkSource for StreamedTrunk {
     }
 
     fn embed_row(&mut self, id: usize) -> Result<&[u16]> {
-        self.tables.embed_row(&self.io, id)
+        self.tables.embed_row(&self.table_io, id)
     }
 
     fn lm_head(&mut self, f: &mut dyn FnMut(usize, Bf16Mat<'_>) -> Result<()>) -> Result<()> {
-        self.tables.lm_head(&self.io, f)
+        self.tables.lm_head(&self.table_io, f)
     }
 }
 
@@ -435,5 +440,106 @@ impl std::fmt::Debug for StreamedTrunk {
             .field("slot_bytes", &self.slot_bytes)
             .field("stats", &self.stats)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `n` layers of `sizes[l]` bytes in one file, layer l filled with u16 value 1000·l + i.
+    fn file_with_layers(name: &str, sizes: &[usize]) -> (Arc<IoFile>, Vec<LayerRead>) {
+        let path = std::env::temp_dir().join(format!("k3_trunk_{name}_{}", std::process::id()));
+        let mut bytes = Vec::new();
+        let mut offs = Vec::new();
+        for (l, &n) in sizes.iter().enumerate() {
+            bytes.resize(bytes.len() + 6, 0); // unaligned runs
+            offs.push(bytes.len() as u64);
+            for i in 0..n / 2 {
+                bytes.extend_from_slice(&((1000 * l + i) as u16).to_le_bytes());
+            }
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        let f = Arc::new(IoFile::open(&path).unwrap());
+        let _ = std::fs::remove_file(&path);
+        let reads = sizes
+            .iter()
+            .enumerate()
+            .map(|(l, &n)| LayerRead {
+                layer: l,
+                bytes: n,
+                pieces: vec![Piece {
+                    file: Arc::clone(&f),
+                    offset: offs[l],
+                    len: n,
+                    dest: 0,
+                }],
+            })
+            .collect();
+        (f, reads)
+    }
+
+    fn trunk(name: &str, sizes: &[usize], pinned: &[bool], ring: usize) -> StreamedTrunk {
+        let (_f, reads) = file_with_layers(name, sizes);
+        let io = Arc::new(IoThreads::new(1).unwrap());
+        let tio = Arc::new(IoThreads::new(1).unwrap());
+        let tables = Tables::resident(1, 1, vec![0], None);
+        StreamedTrunk::new(reads, pinned, ring, tables, io, tio).unwrap()
+    }
+
+    fn check(t: &mut StreamedTrunk, l: usize, n: usize) {
+        let b = t.layer_buf(l).unwrap();
+        assert_eq!(b.len(), n / 2, "layer {l}");
+        assert!(
+            b.iter()
+                .enumerate()
+                .all(|(i, &x)| x == (1000 * l + i) as u16),
+            "layer {l} has another layer's bytes"
+        );
+    }
+
+    #[test]
+    fn walk_in_order_reads_ahead_and_any_order_gets_the_right_bytes() {
+        let sizes = [4096 * 3 + 10, 2000, 7000, 50, 4096];
+        let pinned = [true, false, false, true, false];
+        for ring in [1, 2, 3] {
+            let mut t = trunk(&format!("walk{ring}"), &sizes, &pinned, ring);
+            for _ in 0..3 {
+                for (l, &n) in sizes.iter().enumerate() {
+                    check(&mut t, l, n);
+                }
+            }
+            let s = t.stats();
+            assert_eq!(s.binds, 15);
+            assert_eq!(s.reads + s.hits, 15, "ring {ring}: {s:?}");
+            if ring == 1 {
+                assert_eq!(s.reads_ahead, 0);
+            } else {
+                assert_eq!(s.reads_ahead, s.reads - 1, "ring {ring}: {s:?}");
+            }
+            // out of order and repeated: stale read-ahead is discarded, never returned
+            for &l in &[4, 1, 1, 2, 4, 0, 2, 1, 3, 4] {
+                check(&mut t, l, sizes[l]);
+            }
+        }
+    }
+
+    #[test]
+    fn a_failed_read_fails_the_bind_and_returns_the_slot() {
+        let sizes = [1000, 1000, 1000];
+        let (f, mut reads) = file_with_layers("fail", &sizes);
+        // layer 1 points past the end of the file
+        reads[1].pieces[0].offset = f.len_at_open() + 10;
+        let io = Arc::new(IoThreads::new(1).unwrap());
+        let tio = Arc::new(IoThreads::new(1).unwrap());
+        let tables = Tables::resident(1, 1, vec![0], None);
+        let mut t = StreamedTrunk::new(reads, &[false, false, false], 2, tables, io, tio).unwrap();
+        check(&mut t, 0, 1000);
+        let e = t.layer_buf(1).unwrap_err();
+        assert_eq!(e.exit_code(), 4, "{e}");
+        assert!(e.message.contains("trunk layer 1"), "{e}");
+        // the ring still works for the other layers
+        check(&mut t, 2, 1000);
+        check(&mut t, 0, 1000);
     }
 }
