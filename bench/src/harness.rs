@@ -776,7 +776,7 @@ pub fn summarize(r: &BudgetResult, out: &Outcome) -> Option<Summary> {
             .filter_map(|x| x.idle.as_ref().map(|i| i.cpu_busy))
             .fold(0.0, f64::max),
         layout: format!(
-            "pinned {}/{} ring {} cache_slots {} plan trunk {} ring {} tables {} cache {}",
+            "pinned {}/{} ring {} cache_slots {} plan trunk {} ring {} tables {} cache {}; bytes/token from {}",
             f0.pinned_layers,
             f0.layers,
             f0.ring_slots,
@@ -784,7 +784,12 @@ pub fn summarize(r: &BudgetResult, out: &Outcome) -> Option<Summary> {
             f0.plan_trunk_resident,
             f0.plan_trunk_ring,
             f0.plan_model_tables,
-            f0.plan_expert_cache
+            f0.plan_expert_cache,
+            if f0.per_step_bytes {
+                "per-step counters"
+            } else {
+                "run totals / forward passes"
+            }
         ),
     })
 }
@@ -1146,6 +1151,7 @@ mod tests {
             trunk_reads: 24,
             trunk_reads_ahead: 12,
             forwards: 6,
+            per_step_bytes: true,
         };
         let row = |rep, figures: Option<RunFigures>| RunRow {
             budget: "7.4GB".into(),

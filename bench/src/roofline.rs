@@ -129,12 +129,13 @@ pub struct RunFigures {
     pub logits_hash: String,
     /// `generated_ids.len()`.
     pub generated: usize,
-    /// Expert bytes read per decode step (mean of `steps[1..].bytes_read`).
+    /// Expert bytes read per decode step (mean of `steps[1..].expert_bytes_read`, or of
+    /// `bytes_read` in reports that count only experts per step).
     pub expert_bytes_per_token: f64,
-    /// Trunk bytes read per forward pass: `trunk.bytes_read` ÷ forwards (see [`forwards`]).
+    /// Trunk bytes read per decode step (see [`RunFigures::from_report`]).
     pub trunk_bytes_per_token: f64,
-    /// Model-table bytes read per forward: (`io.embedding_bytes_read` +
-    /// `io.lm_head_bytes_read`) ÷ forwards.
+    /// Model-table bytes (`io.embedding_bytes_read` + `io.lm_head_bytes_read`) read per decode
+    /// step (see [`RunFigures::from_report`]).
     pub table_bytes_per_token: f64,
     /// `io.io_share` (whole run, as the engine reports it).
     pub io_share: f64,
@@ -168,6 +169,9 @@ pub struct RunFigures {
     pub trunk_reads_ahead: u64,
     /// Forward passes of the run (see [`forwards`]).
     pub forwards: usize,
+    /// Whether the per-token bytes come from per-step counters (exact) rather than run totals
+    /// ÷ forward passes.
+    pub per_step_bytes: bool,
 }
 
 /// Forward passes of a run: one per prefill chunk, then one per generated token after the
@@ -200,14 +204,45 @@ impl RunFigures {
                 steps.len()
             ));
         }
-        let decode: Vec<u64> = steps[1..]
-            .iter()
-            .map(|s| u(s, &["bytes_read"]))
-            .collect::<Result<_, _>>()?;
         let fw = forwards(prompt, chunk, generated).max(1) as f64;
         let trunk_total = u(v, &["trunk", "bytes_read"])?;
         let table_total =
             u(v, &["io", "embedding_bytes_read"])? + u(v, &["io", "lm_head_bytes_read"])?;
+        let decode = &steps[1..];
+        let mean = |key: &str| -> Result<f64, String> {
+            let mut sum = 0u64;
+            for (i, s) in decode.iter().enumerate() {
+                sum += s.get(key).and_then(Value::as_u64).ok_or_else(|| {
+                    format!("steps[{}].{key}: expected a non-negative integer", i + 1)
+                })?;
+            }
+            Ok(sum as f64 / decode.len() as f64)
+        };
+        // Reports that split a step's reads (`expert_bytes_read`, and `trunk_bytes_read` =
+        // trunk + model tables read during that forward) give exact decode figures; the
+        // trunk/table split of the latter follows the run totals. Older reports count only
+        // expert bytes per step: trunk and tables are then run totals ÷ forward passes.
+        let per_step = decode[0].get("expert_bytes_read").is_some();
+        let (expert_pt, trunk_pt, table_pt) = if per_step {
+            let dense = mean("trunk_bytes_read")?;
+            let all = (trunk_total + table_total) as f64;
+            let trunk_share = if all > 0.0 {
+                trunk_total as f64 / all
+            } else {
+                1.0
+            };
+            (
+                mean("expert_bytes_read")?,
+                dense * trunk_share,
+                dense * (1.0 - trunk_share),
+            )
+        } else {
+            (
+                mean("bytes_read")?,
+                trunk_total as f64 / fw,
+                table_total as f64 / fw,
+            )
+        };
         Ok(RunFigures {
             s_per_token: f(v, &["timing", "seconds_per_token"])?,
             load_s: f(v, &["timing", "load_seconds"])?,
@@ -218,9 +253,10 @@ impl RunFigures {
                 .ok_or("logits_hash: expected a string")?
                 .to_string(),
             generated,
-            expert_bytes_per_token: decode.iter().sum::<u64>() as f64 / decode.len() as f64,
-            trunk_bytes_per_token: trunk_total as f64 / fw,
-            table_bytes_per_token: table_total as f64 / fw,
+            expert_bytes_per_token: expert_pt,
+            trunk_bytes_per_token: trunk_pt,
+            table_bytes_per_token: table_pt,
+            per_step_bytes: per_step,
             io_share: f(v, &["io", "io_share"])?,
             expert_read_s: f(v, &["expert_cache", "read_seconds"])?,
             trunk_read_s: f(v, &["trunk", "read_seconds"])?,
@@ -482,6 +518,23 @@ mod tests {
         assert_eq!(r.logits_hash, "00ff");
         let r0 = RunFigures::from_report(&report(0, 0), 2).unwrap();
         assert_eq!(r0.bytes_read_per_token(), 20.0);
+        assert!(!r0.per_step_bytes);
+        // Per-step split: experts 7 per step, trunk + tables 99 per step, split 600:60.
+        let mut v = report(600, 60);
+        for s in v["steps"].as_array_mut().unwrap() {
+            s["expert_bytes_read"] = json!(7);
+            s["trunk_bytes_read"] = json!(99);
+        }
+        let r = RunFigures::from_report(&v, 2).unwrap();
+        assert!(r.per_step_bytes);
+        assert_eq!(r.expert_bytes_per_token, 7.0);
+        assert!((r.trunk_bytes_per_token - 90.0).abs() < 1e-9);
+        assert!((r.table_bytes_per_token - 9.0).abs() < 1e-9);
+        v["steps"][2]["trunk_bytes_read"] = json!("x");
+        assert_eq!(
+            RunFigures::from_report(&v, 2).unwrap_err(),
+            "steps[2].trunk_bytes_read: expected a non-negative integer"
+        );
     }
 
     #[test]
