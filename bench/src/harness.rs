@@ -835,7 +835,7 @@ pub fn summary_tsv(out: &Outcome) -> String {
         out,
         "k3 end-to-end benchmark: per-budget summary (bench/src/harness.rs)",
     );
-    let _ = writeln!(t, "# GB = 1e9 B, MB = 1e6 B; per-token figures are decode steps (the first step carries the prefill); trunk and table bytes per token = run totals / forward passes; decode_io_s_per_token = each kind's read seconds x the share of its bytes one decode token reads (estimate); io_share = the engine's whole-run figure; roofline_ratio = max(read_per_token / device, multiplied_per_token / membw) / s_per_token_median");
+    let _ = writeln!(t, "# GB = 1e9 B, MB = 1e6 B; per-token figures are decode steps (the first step carries the prefill); bytes per token from per-step counters (or run totals / forward passes: see layout); decode_io_s_per_token = each kind's read seconds x the share of its bytes one decode token reads (estimate); io_share = the engine's whole-run figure; roofline_ratio = max(read_per_token / device, multiplied_per_token / membw) / s_per_token_median");
     let _ = writeln!(
         t,
         "budget\tflags\truns_ok\ts_per_token_median\ts_per_token_min\ts_per_token_max\tgoal_s_per_token\tanchor_s_per_token\ttrunk_read_B_per_token\texpert_read_B_per_token\ttable_read_B_per_token\tread_B_per_token\tachieved_MBps\tdevice_MBps\tachieved_vs_device\tengine_read_MBps\tio_share\tdecode_io_s_per_token\tdecode_io_share\ttrunk_wait_s_per_token\ttrunk_reads_ahead\tmultiplied_B_per_token\tmultiplied_GBps\tmembw_GBps\tmultiplied_vs_membw\tt_device_s\tt_memory_s\tbound\troofline_ratio\troofline_ratio_vs_patterns\tpeak_rss_B\tplan_total_B\trss_vs_plan\tload_s\tprefill_s\tlogits_hash\tmax_load1\tmax_cpu_busy\tlayout"
