@@ -32,26 +32,31 @@ pub const ALIGN: u64 = 4096;
 /// The expert batch depth of the engine: one MoE layer's top-k misses read in parallel.
 pub const ENGINE_QUEUE_DEPTH: usize = 16;
 
-/// A buffer whose payload starts at a 4096-aligned address.
+/// A buffer whose payload starts at a 4096-aligned address: the engine's own
+/// [`k3::io::AlignedBuf`] (an anonymous mapping with every page faulted in before use), so the
+/// device is measured into the same kind of memory the engine reads into. How the buffer's
+/// pages were allocated matters: a virtio disk takes at most `max_segments` (254 here)
+/// physically discontiguous pieces per request, so scattered 4 KiB pages cap a request at
+/// about 1 MiB while a freshly populated mapping usually gives far fewer, larger pieces.
 pub struct AlignedBuf {
-    mem: Vec<u8>,
-    start: usize,
-    len: usize,
+    buf: k3::io::AlignedBuf,
 }
 
 impl AlignedBuf {
     /// A zeroed buffer of `len` bytes (rounded up to 4096) at an aligned address.
+    ///
+    /// Panics if the system refuses the memory (a benchmark cannot go on without it).
     pub fn new(len: usize) -> AlignedBuf {
         let a = ALIGN as usize;
         let len = len.div_ceil(a) * a;
-        let mem = vec![0u8; len + a];
-        let start = (a - mem.as_ptr() as usize % a) % a;
-        AlignedBuf { mem, start, len }
+        let buf = k3::io::AlignedBuf::new(len)
+            .unwrap_or_else(|e| panic!("device: aligned buffer of {len} bytes: {}", e.message));
+        AlignedBuf { buf }
     }
 
     /// The aligned payload.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        &mut self.mem[self.start..self.start + self.len]
+        self.buf.as_mut_slice()
     }
 }
 
@@ -184,6 +189,50 @@ pub fn random_requests(targets: &[Target], count: usize, seed: u64) -> Vec<(usiz
             (i, r)
         })
         .collect()
+}
+
+/// `batches` expert batches as the engine issues them for one MoE layer (ENGINE.md §5): a
+/// layer's routed experts lie back to back (`span_experts` of them, EXPERT_BYTES each, from a
+/// random 4096-aligned start in a file chosen in proportion to its size), `k` distinct ones
+/// are chosen at random and read in file-offset order. Returns the requests batch after batch.
+pub fn expert_batches(
+    targets: &[Target],
+    batches: usize,
+    span_experts: u64,
+    k: usize,
+    seed: u64,
+) -> Vec<(usize, u64)> {
+    let span = span_experts.max(k as u64) * EXPERT_BYTES;
+    let sizes: Vec<u64> = targets
+        .iter()
+        .map(|t| t.size.saturating_sub(span))
+        .collect();
+    let total: u64 = sizes.iter().sum();
+    if total == 0 {
+        // No file holds a whole layer: fall back to independent random reads.
+        return random_requests(targets, batches * k, seed);
+    }
+    let mut s = seed;
+    let mut out = Vec::with_capacity(batches * k);
+    for _ in 0..batches {
+        let mut r = splitmix64(&mut s) % total;
+        let mut i = 0;
+        while i + 1 < sizes.len() && r >= sizes[i] {
+            r -= sizes[i];
+            i += 1;
+        }
+        let start = r / ALIGN * ALIGN;
+        let mut chosen: Vec<u64> = Vec::with_capacity(k);
+        while chosen.len() < k {
+            let e = splitmix64(&mut s) % span_experts.max(k as u64);
+            if !chosen.contains(&e) {
+                chosen.push(e);
+            }
+        }
+        chosen.sort_unstable();
+        out.extend(chosen.into_iter().map(|e| (i, start + e * EXPERT_BYTES)));
+    }
+    out
 }
 
 /// Random expert reads at queue depth `qd` (`qd` threads, each with one aligned buffer of
@@ -379,6 +428,27 @@ mod tests {
             let (lo, hi) = widen(off, EXPERT_BYTES);
             assert!(hi - lo <= EXPERT_BYTES + 8192);
         }
+    }
+
+    #[test]
+    fn expert_batches_are_sorted_distinct_and_inside_one_span() {
+        let dir = std::env::temp_dir().join(format!("k3-bench-batches-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("x.bin");
+        let f = std::fs::File::create(&path).unwrap();
+        f.set_len(10 * EXPERT_BYTES).unwrap();
+        let t = vec![open_target(&path).unwrap()];
+        let req = expert_batches(&t, 5, 8, 3, 7);
+        assert_eq!(req.len(), 15);
+        for b in req.chunks(3) {
+            assert!(b.windows(2).all(|w| w[0].1 < w[1].1), "{b:?}");
+            let lo = b[0].1 - (b[0].1 % ALIGN);
+            assert!(b
+                .iter()
+                .all(|&(i, o)| i == 0 && o + EXPERT_BYTES <= lo + 8 * EXPERT_BYTES + ALIGN));
+            assert!(b.iter().all(|&(_, o)| (o - b[0].1) % EXPERT_BYTES == 0));
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! measured in the same run (memory bandwidth, device read bandwidth), never as a bare time.
 
 pub mod device;
+pub mod harness;
 pub mod idle;
 pub mod machine;
 pub mod membw;
+pub mod roofline;

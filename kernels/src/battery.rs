@@ -172,6 +172,10 @@ impl Battery<'_> {
             (33, 7, 5),
             (130, 33, 2),
             (67, 40, 1),
+            // Several positions with the inner dimension cut into chunks (the tiled prefill
+            // product): three chunks and a tail, and many positions with short chunks.
+            (5, 2100, 3),
+            (3, 200, 600),
         ];
         for (case, &(rows, cols, t)) in shapes.iter().enumerate() {
             let w32 = r.vec(rows * cols, Kind::from(case));
@@ -204,6 +208,9 @@ impl Battery<'_> {
             (2, 32, 3),
             (70, 64, 2),
             (129, 32, 1),
+            (3, 2080, 2),
+            (4, 256, 600),
+            (131, 96, 1),
         ]
         .iter()
         .enumerate()

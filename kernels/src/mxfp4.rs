@@ -150,13 +150,28 @@ impl<'a> Mxfp4<'a> {
     }
 }
 
-/// For SIMD paths: the high 32 bits of the f64 pattern of magnitude m × 2^(s − 127) for the
-/// eight E2M1 magnitudes m (code & 7) and every scale byte s (row 255 unused). The low 32
-/// bits of all these values are zero (at most two significant bits), so
-/// `f64::from_bits((hi as u64) << 32)` is the exact element magnitude. Built with integer
-/// exponent arithmetic; a unit test checks it against [`mxfp4_value`].
+/// For the AVX2 path: per scale byte s (row 255 unused), the high 32 bits of the f64
+/// pattern of magnitude m × 2^(s − 127) for the eight E2M1 magnitudes m (j = code & 7), with
+/// bits 28–30 of entry j XOR-ed with j. The low 32 bits of every such value are zero (at most
+/// two significant bits), so the high word alone is the exact element. The decoder XORs `code << 28` (all four code bits) into the looked-up word:
+/// bits 28–30 cancel back to the magnitude and bit 31 becomes the sign (code bit 3), so one
+/// shift and one XOR apply the sign to eight columns at once. Entry 0 stays 0.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-pub(crate) static E2M1_SCALED_HI32: [[u32; 8]; 256] = build_scaled_table();
+pub(crate) static E2M1_SCALED_HI32_SIGNX: [[u32; 8]; 256] = build_signx_table();
+
+const fn build_signx_table() -> [[u32; 8]; 256] {
+    let mut t = build_scaled_table();
+    let mut s = 0;
+    while s < 256 {
+        let mut j = 0;
+        while j < 8 {
+            t[s][j] ^= (j as u32) << 28;
+            j += 1;
+        }
+        s += 1;
+    }
+    t
+}
 
 /// For the NEON path: the top 16 bits of the f64 pattern of every signed E2M1 code (bit 3 =
 /// sign) times 2^(s − 127), per scale byte s. The lower 48 bits of these values are zero.
@@ -179,6 +194,8 @@ const fn build_top16_table() -> [[u16; 16]; 256] {
     t
 }
 
+/// The high words of m × 2^(s − 127) (no sign trick), built with integer exponent
+/// arithmetic; a unit test checks them against [`mxfp4_value`].
 const fn build_scaled_table() -> [[u32; 8]; 256] {
     // f64 high words of 0, 0.5, 1, 1.5, 2, 3, 4, 6.
     const MAG_HI: [u32; 8] = [
@@ -215,10 +232,26 @@ mod tests {
     fn scaled_table_matches_definition() {
         for s in 0..255u8 {
             for code in 0..8u8 {
-                let v = f64::from_bits((E2M1_SCALED_HI32[s as usize][code as usize] as u64) << 32);
+                let v =
+                    f64::from_bits((build_scaled_table()[s as usize][code as usize] as u64) << 32);
                 assert_eq!(
                     v.to_bits(),
                     mxfp4_value(code, s).to_bits(),
+                    "s {s} code {code}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn signx_table_decodes_every_signed_code() {
+        for s in 0..255u8 {
+            for code in 0..16u32 {
+                let hi = E2M1_SCALED_HI32_SIGNX[s as usize][(code & 7) as usize] ^ (code << 28);
+                let v = f64::from_bits((hi as u64) << 32);
+                assert_eq!(
+                    v.to_bits(),
+                    mxfp4_value(code as u8, s).to_bits(),
                     "s {s} code {code}"
                 );
             }

@@ -19,6 +19,28 @@ const ROW_BLOCK: usize = 64;
 /// Elements per task of an element-wise operation (inputs shorter than this run inline).
 const EW_CHUNK: usize = 8192;
 
+/// Rows per task of a matrix-vector product: `ROW_BLOCK`, or fewer for small matrices so
+/// that even a 64-row router or a 96-row projection is split into 8 or more tasks (an even
+/// number of rows, for the paired row kernels). Depends on the shape only.
+fn matvec_block(rows: usize) -> usize {
+    (rows.div_ceil(8).div_ceil(2) * 2).clamp(2, ROW_BLOCK)
+}
+
+thread_local! {
+    /// The widened input vector of a matrix-vector product, kept per thread between calls so
+    /// decode allocates nothing in steady state.
+    static X64: std::cell::Cell<Vec<f64>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Runs `f` with this thread's reusable f64 buffer (taken out for the call, so a nested call
+/// just gets an empty one of its own).
+fn with_scratch<R>(f: impl FnOnce(&mut Vec<f64>) -> R) -> R {
+    let mut v = X64.take();
+    let r = f(&mut v);
+    X64.set(v);
+    r
+}
+
 /// Calls the serial kernel `f` of the path `isa`.
 macro_rules! dispatch {
     ($isa:expr, $f:ident($($arg:expr),* $(,)?)) => {
@@ -127,11 +149,26 @@ impl Kernels {
 
     /// y = W x for T input vectors: W BF16 \[rows, cols\], x \[T, cols\], y \[T, rows\] with
     /// y\[t\]\[r\] = rnd(dot(W\[r\], x\[t\])) (MODEL.md §1, §5.2). T = x.len() / cols ≥ 1. Each
-    /// weight row is read once per call (all T positions are computed while it is in cache),
-    /// so prefill reads a matrix once per chunk. Threads split rows.
+    /// weight is read once per call: one position (decode) widens x once and streams the rows;
+    /// several positions (prefill) compute every position while a tile of rows sits in cache.
+    /// Threads split rows.
     pub fn matmul_bf16(&self, w: &[u16], rows: usize, cols: usize, x: &[f32], y: &mut [f32]) {
         let t = check_matmul("matmul_bf16", w.len(), rows, cols, x.len(), y.len());
         let isa = self.isa;
+        if t == 1 {
+            with_scratch(|x64| {
+                x64.clear();
+                x64.extend(x.iter().map(|&v| v as f64));
+                let x64 = &x64[..];
+                let blk = matvec_block(rows);
+                self.pool.for_each_chunk(y, blk, |bi, out| {
+                    let r0 = bi * blk;
+                    let wb = &w[r0 * cols..(r0 + out.len()) * cols];
+                    dispatch!(isa, matvec_bf16(wb, cols, x64, out))
+                });
+            });
+            return;
+        }
         self.row_blocks(rows, t, y, |r0, nr, out| {
             dispatch!(
                 isa,
@@ -161,6 +198,18 @@ impl Kernels {
         let (rows, cols) = (w.rows(), w.cols());
         let t = check_matmul("matmul_mxfp4", rows * cols, rows, cols, x.len(), y.len());
         let isa = self.isa;
+        if t == 1 {
+            with_scratch(|xp| {
+                dispatch!(isa, prep_x_mxfp4(x, xp));
+                let xp = &xp[..];
+                let blk = matvec_block(rows);
+                self.pool.for_each_chunk(y, blk, |bi, out| {
+                    let b = w.row_block(bi * blk, out.len());
+                    dispatch!(isa, matvec_mxfp4(b.packed(), b.scales(), cols, xp, out))
+                });
+            });
+            return;
+        }
         self.row_blocks(rows, t, y, |r0, nr, out| {
             let b = w.row_block(r0, nr);
             dispatch!(isa, matmul_mxfp4(b.packed(), b.scales(), cols, x, out))

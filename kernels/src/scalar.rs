@@ -11,9 +11,27 @@ use crate::num::{silu64 as silu1, situ_glu1, tanh64 as t64};
 
 pub(crate) use crate::num::{dot_bf16, dot_f32};
 
+/// An input vector as the products see it: fp32 values widened exactly, or values already
+/// widened to f64 (the same numbers).
+pub(crate) trait XVals {
+    fn at(&self, i: usize) -> f64;
+}
+impl XVals for [f32] {
+    #[inline(always)]
+    fn at(&self, i: usize) -> f64 {
+        self[i] as f64
+    }
+}
+impl XVals for [f64] {
+    #[inline(always)]
+    fn at(&self, i: usize) -> f64 {
+        self[i]
+    }
+}
+
 /// `dot` of one MXFP4 row (packed \[cols/2\], scales \[cols/32\]) with x \[cols\]: the exact
 /// product (E2M1 × 2^(s−127)) × x\[c\] goes into lane c mod 16 (FORMATS.md §5).
-pub(crate) fn dot_mxfp4(packed: &[u8], scales: &[u8], x: &[f32]) -> f64 {
+pub(crate) fn dot_mxfp4<X: XVals + ?Sized>(packed: &[u8], scales: &[u8], x: &X) -> f64 {
     let mut acc = [0.0f64; DOT_LANES];
     for (g, &s) in scales.iter().enumerate() {
         let scale = e8m0_scale(s);
@@ -22,15 +40,56 @@ pub(crate) fn dot_mxfp4(packed: &[u8], scales: &[u8], x: &[f32]) -> f64 {
             *v = E2M1[code] as f64 * scale;
         }
         let bytes = &packed[g * GROUP / 2..(g + 1) * GROUP / 2];
-        let xs = &x[g * GROUP..(g + 1) * GROUP];
+        let x0 = g * GROUP;
         // A group is 32 columns, two whole 16-lane blocks: column c lands in lane c mod 16.
         for (j, &b) in bytes.iter().enumerate() {
             let c = 2 * j;
-            acc[c % DOT_LANES] += lut[(b & 15) as usize] * xs[c] as f64;
-            acc[(c + 1) % DOT_LANES] += lut[(b >> 4) as usize] * xs[c + 1] as f64;
+            acc[c % DOT_LANES] += lut[(b & 15) as usize] * x.at(x0 + c);
+            acc[(c + 1) % DOT_LANES] += lut[(b >> 4) as usize] * x.at(x0 + c + 1);
         }
     }
     reduce16(&acc)
+}
+
+/// `dot` of a BF16 row with x given widened to f64 (the same products as [`dot_bf16`]).
+fn dot_bf16_x64(w: &[u16], x: &[f64]) -> f64 {
+    let mut acc = [0.0f64; DOT_LANES];
+    for (i, (&w, &x)) in w.iter().zip(x).enumerate() {
+        acc[i % DOT_LANES] += bf16_to_f32(w) as f64 * x;
+    }
+    reduce16(&acc)
+}
+
+/// Matrix-vector block (T = 1): w \[nr, cols\] BF16, x64 = x widened to f64 → out \[nr\].
+pub(crate) fn matvec_bf16(w: &[u16], cols: usize, x64: &[f64], out: &mut [f32]) {
+    for (o, wr) in out.iter_mut().zip(w.chunks_exact(cols)) {
+        *o = rnd(dot_bf16_x64(wr, x64));
+    }
+}
+
+/// x widened to f64 for [`matvec_mxfp4`] (column order).
+pub(crate) fn prep_x_mxfp4(x: &[f32], out: &mut Vec<f64>) {
+    out.clear();
+    out.extend(x.iter().map(|&v| v as f64));
+}
+
+/// MXFP4 matrix-vector block (T = 1): packed \[nr, cols/2\], scales \[nr, cols/32\], x64 from
+/// [`prep_x_mxfp4`] → out \[nr\].
+pub(crate) fn matvec_mxfp4(
+    packed: &[u8],
+    scales: &[u8],
+    cols: usize,
+    x64: &[f64],
+    out: &mut [f32],
+) {
+    let (pb, sb) = (cols / 2, cols / GROUP);
+    for (r, o) in out.iter_mut().enumerate() {
+        *o = rnd(dot_mxfp4(
+            &packed[r * pb..(r + 1) * pb],
+            &scales[r * sb..(r + 1) * sb],
+            x64,
+        ));
+    }
 }
 
 /// Matrix block: w \[nr, cols\] BF16, x \[T, cols\] → out \[T, nr\], out\[t\]\[r\] = rnd(dot(w\[r\], x\[t\])).

@@ -104,6 +104,42 @@ fn matrix_products() {
     }
 }
 
+/// Prefill-sized products: the inner dimension spans several tiles of the blocked product
+/// (whose chunk length shrinks as T grows), with every tail class, odd row counts and rows
+/// split over threads; T = 1 on the same matrices takes the matrix-vector path.
+#[test]
+fn tiled_products_across_chunks() {
+    let mut r = Rng(13);
+    for case in 0..12 {
+        let rows = [1, 3, 7, 66, 129][case % 5];
+        let t = [1, 2, 5, 70, 300][(case + 1) % 5];
+        let cols = 1000 + r.below(1200);
+        let mcols = 32 * (30 + r.below(40));
+        let wb: Vec<u16> = (0..rows * cols).map(|_| finite_bf16(&mut r)).collect();
+        let x = mixed(&mut r, t * cols);
+        check(
+            &format!("matmul_bf16 tiled case {case}: {rows} x {cols}, T {t}"),
+            |k| {
+                let mut y = vec![0.0; t * rows];
+                k.matmul_bf16(&wb, rows, cols, &x, &mut y);
+                bits32(&y)
+            },
+        );
+        let packed: Vec<u8> = (0..rows * mcols / 2).map(|_| r.next_u64() as u8).collect();
+        let scales: Vec<u8> = (0..rows * mcols / 32).map(|_| r.below(255) as u8).collect();
+        let xm = mixed(&mut r, t * mcols);
+        let m = Mxfp4::new(&packed, &scales, rows, mcols).unwrap();
+        check(
+            &format!("matmul_mxfp4 tiled case {case}: {rows} x {mcols}, T {t}"),
+            |k| {
+                let mut y = vec![0.0; t * rows];
+                k.matmul_mxfp4(&m, &xm, &mut y);
+                bits32(&y)
+            },
+        );
+    }
+}
+
 #[test]
 fn elementwise_and_transcendentals() {
     let mut r = Rng(12);

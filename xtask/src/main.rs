@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod bench;
 mod fuzz_smoke;
 mod gates;
 mod synth;
@@ -58,6 +59,11 @@ const TASKS: &[(&str, &str, TaskFn)] = &[
         "synth",
         "write a synthetic checkpoint in the released K3 format (<dir> --layers N --experts E --seed S)",
         |a| exit_code(synth::main(a)),
+    ),
+    (
+        "bench",
+        "end-to-end roofline benchmark of k3 at several memory budgets (--model DIR --reps N --budgets ...)",
+        bench::main,
     ),
     (
         "unicode-tables",

@@ -188,6 +188,14 @@ unsafe fn acc_block(acc: &mut Acc, w: &[float64x2_t; 8], px: *const f32) {
     }
 }
 
+/// As [`acc_block`] with x given widened to f64.
+#[inline(always)]
+unsafe fn acc_block64(acc: &mut Acc, w: &[float64x2_t; 8], px: *const f64) {
+    for (r, (a, wr)) in acc.iter_mut().zip(w).enumerate() {
+        *a = vaddq_f64(*a, vmulq_f64(*wr, vld1q_f64(px.add(2 * r))));
+    }
+}
+
 #[inline(always)]
 unsafe fn bf16x16(p: *const u16) -> [float64x2_t; 8] {
     let [a, b, c, d] = bf16x8(p);
@@ -241,6 +249,51 @@ unsafe fn dot2_bf16(w0: &[u16], w1: &[u16], x: &[f32]) -> (f64, f64) {
         lb[j] += bf16_to_f32(w1[i + j]) as f64 * xv;
     }
     (reduce16(&la), reduce16(&lb))
+}
+
+/// [`dot2_bf16`] with x given widened to f64 (the same products).
+#[inline(always)]
+unsafe fn dot2_bf16_x64(w0: &[u16], w1: &[u16], x: &[f64]) -> (f64, f64) {
+    let n = x.len();
+    let (p0, p1, px) = (w0.as_ptr(), w1.as_ptr(), x.as_ptr());
+    let mut a = acc_zero();
+    let mut b = acc_zero();
+    let mut i = 0;
+    while i + DOT_LANES <= n {
+        acc_block64(&mut a, &bf16x16(p0.add(i)), px.add(i));
+        acc_block64(&mut b, &bf16x16(p1.add(i)), px.add(i));
+        i += DOT_LANES;
+    }
+    let mut la = acc_lanes(&a);
+    let mut lb = acc_lanes(&b);
+    for j in 0..n - i {
+        let xv = x[i + j];
+        la[j] += bf16_to_f32(w0[i + j]) as f64 * xv;
+        lb[j] += bf16_to_f32(w1[i + j]) as f64 * xv;
+    }
+    (reduce16(&la), reduce16(&lb))
+}
+
+/// Matrix-vector block (T = 1): w \[nr, cols\] BF16, x64 = x widened to f64 → out \[nr\].
+/// Rows in pairs sharing x.
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn matvec_bf16(w: &[u16], cols: usize, x64: &[f64], out: &mut [f32]) {
+    let nr = w.len() / cols;
+    let mut r = 0;
+    while r + 2 <= nr {
+        let (a, b) = dot2_bf16_x64(
+            &w[r * cols..(r + 1) * cols],
+            &w[(r + 1) * cols..(r + 2) * cols],
+            x64,
+        );
+        out[r] = a as f32;
+        out[r + 1] = b as f32;
+        r += 2;
+    }
+    if r < nr {
+        let (a, _) = dot2_bf16_x64(&w[r * cols..], &w[r * cols..], x64);
+        out[r] = a as f32;
+    }
 }
 
 /// `dot` of a row of f64 values (exactly widened weights) with an fp32 vector.
@@ -382,6 +435,47 @@ unsafe fn dot_mxfp4_row(packed: &[u8], scales: &[u8], x: &[f32]) -> f64 {
         acc_block(&mut acc, &decode16(c1, tl, th), px.add(g * GROUP + 16));
     }
     reduce16(&acc_lanes(&acc))
+}
+
+/// [`dot_mxfp4_row`] with x given widened to f64.
+#[inline(always)]
+unsafe fn dot_mxfp4_row_x64(packed: &[u8], scales: &[u8], x: &[f64]) -> f64 {
+    let mut acc = acc_zero();
+    let px = x.as_ptr();
+    for (g, &s) in scales.iter().enumerate() {
+        let (tl, th) = scale_tables(s);
+        let (c0, c1) = group_codes(packed.as_ptr().add(g * GROUP / 2));
+        acc_block64(&mut acc, &decode16(c0, tl, th), px.add(g * GROUP));
+        acc_block64(&mut acc, &decode16(c1, tl, th), px.add(g * GROUP + 16));
+    }
+    reduce16(&acc_lanes(&acc))
+}
+
+/// x widened to f64 for [`matvec_mxfp4`] (column order).
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn prep_x_mxfp4(x: &[f32], out: &mut Vec<f64>) {
+    out.clear();
+    out.extend(x.iter().map(|&v| v as f64));
+}
+
+/// MXFP4 matrix-vector block (T = 1): packed \[nr, cols/2\], scales \[nr, cols/32\], x64 from
+/// [`prep_x_mxfp4`] → out \[nr\].
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn matvec_mxfp4(
+    packed: &[u8],
+    scales: &[u8],
+    cols: usize,
+    x64: &[f64],
+    out: &mut [f32],
+) {
+    let (pb, sb) = (cols / 2, cols / GROUP);
+    for (r, o) in out.iter_mut().enumerate() {
+        *o = dot_mxfp4_row_x64(
+            &packed[r * pb..(r + 1) * pb],
+            &scales[r * sb..(r + 1) * sb],
+            x64,
+        ) as f32;
+    }
 }
 
 #[inline(always)]

@@ -5,7 +5,7 @@
 //!
 //! Every function is `unsafe`: callers guarantee the CPU supports AVX2 (`Kernels` checks).
 
-use crate::mxfp4::{E2M1_SCALED_HI32, GROUP};
+use crate::mxfp4::{E2M1_SCALED_HI32_SIGNX, GROUP};
 use crate::num::{bf16_to_f32, reduce16, DOT_LANES};
 use crate::simd::{simd_entry_points, Simd};
 use std::arch::x86_64::*;
@@ -194,7 +194,7 @@ const PREFETCH: usize = 512;
 
 /// `dot` of two BF16 rows with one vector x given already widened to f64, sharing the
 /// loads of x. Two rows keep 8 accumulator registers live, leaving room for the operands in
-/// the 16 ymm registers. Widening x once per block leaves one conversion per 4 weights.
+/// the 16 ymm registers. The widening of x is done once per call, outside the rows.
 #[inline(always)]
 unsafe fn dot2_bf16(w0: &[u16], w1: &[u16], x: &[f64]) -> (f64, f64) {
     let n = x.len();
@@ -238,42 +238,25 @@ unsafe fn dot2_bf16(w0: &[u16], w1: &[u16], x: &[f64]) -> (f64, f64) {
     (reduce16(&la), reduce16(&lb))
 }
 
-/// x widened exactly to f64.
+/// `dot` of one BF16 row with x given widened to f64.
 #[inline(always)]
-unsafe fn widen_f32(x: &[f32]) -> Vec<f64> {
-    let n = x.len();
-    let mut out = vec![0.0f64; n];
-    let mut i = 0;
-    while i + 4 <= n {
-        _mm256_storeu_pd(out.as_mut_ptr().add(i), f32x4(x.as_ptr().add(i)));
-        i += 4;
-    }
-    for j in i..n {
-        out[j] = x[j] as f64;
-    }
-    out
-}
-
-/// `dot` of a row of f64 values (exactly widened weights) with an fp32 vector.
-#[inline(always)]
-unsafe fn dot_f64_f32(w: &[f64], x: &[f32]) -> f64 {
+unsafe fn dot_bf16_x64(w: &[u16], x: &[f64]) -> f64 {
     let n = x.len();
     let (pw, px) = (w.as_ptr(), x.as_ptr());
     let mut acc = acc_zero();
     let mut i = 0;
     while i + DOT_LANES <= n {
-        for (r, ar) in acc.iter_mut().enumerate() {
-            let o = i + 4 * r;
-            *ar = _mm256_add_pd(
-                *ar,
-                _mm256_mul_pd(_mm256_loadu_pd(pw.add(o)), f32x4(px.add(o))),
-            );
-        }
+        let (w0, w1) = bf16x8(pw.add(i));
+        let (w2, w3) = bf16x8(pw.add(i + 8));
+        acc[0] = _mm256_add_pd(acc[0], _mm256_mul_pd(w0, _mm256_loadu_pd(px.add(i))));
+        acc[1] = _mm256_add_pd(acc[1], _mm256_mul_pd(w1, _mm256_loadu_pd(px.add(i + 4))));
+        acc[2] = _mm256_add_pd(acc[2], _mm256_mul_pd(w2, _mm256_loadu_pd(px.add(i + 8))));
+        acc[3] = _mm256_add_pd(acc[3], _mm256_mul_pd(w3, _mm256_loadu_pd(px.add(i + 12))));
         i += DOT_LANES;
     }
     let mut l = acc_lanes(&acc);
     for j in 0..n - i {
-        l[j] += w[i + j] * x[i + j] as f64;
+        l[j] += bf16_to_f32(w[i + j]) as f64 * x[i + j];
     }
     reduce16(&l)
 }
@@ -288,56 +271,28 @@ pub(crate) unsafe fn dot_bf16(w: &[u16], x: &[f32]) -> f64 {
     dot_bf16_impl(w, x)
 }
 
-/// Matrix block: w \[nr, cols\] BF16, x \[T, cols\] → out \[T, nr\]. One position: rows in pairs
-/// sharing x. Several positions: each row is widened once to f64 and reused for every
-/// position while it sits in cache.
+/// Matrix-vector block (T = 1): w \[nr, cols\] BF16, `x64` = x widened exactly to f64 (in
+/// column order, done once per call by the caller) → out \[nr\]. Rows in pairs sharing x.
 #[target_feature(enable = "avx2")]
-pub(crate) unsafe fn matmul_bf16(w: &[u16], cols: usize, x: &[f32], out: &mut [f32]) {
+pub(crate) unsafe fn matvec_bf16(w: &[u16], cols: usize, x64: &[f64], out: &mut [f32]) {
     let nr = w.len() / cols;
-    let t_n = x.len() / cols;
-    if t_n == 1 {
-        let x64 = widen_f32(x);
-        let mut r = 0;
-        while r + 2 <= nr {
-            let (a, b) = dot2_bf16(
-                &w[r * cols..(r + 1) * cols],
-                &w[(r + 1) * cols..(r + 2) * cols],
-                &x64,
-            );
-            out[r] = a as f32;
-            out[r + 1] = b as f32;
-            r += 2;
-        }
-        if r < nr {
-            out[r] = dot_bf16_impl(&w[r * cols..], x) as f32;
-        }
-        return;
+    let mut r = 0;
+    while r + 2 <= nr {
+        let (a, b) = dot2_bf16(
+            &w[r * cols..(r + 1) * cols],
+            &w[(r + 1) * cols..(r + 2) * cols],
+            x64,
+        );
+        out[r] = a as f32;
+        out[r + 1] = b as f32;
+        r += 2;
     }
-    let mut row = vec![0.0f64; cols];
-    for (r, wr) in w.chunks_exact(cols).enumerate() {
-        widen_row_bf16(wr, &mut row);
-        for (t, xt) in x.chunks_exact(cols).enumerate() {
-            out[t * nr + r] = dot_f64_f32(&row, xt) as f32;
-        }
+    if r < nr {
+        out[r] = dot_bf16_x64(&w[r * cols..], x64) as f32;
     }
 }
 
-#[inline(always)]
-unsafe fn widen_row_bf16(w: &[u16], out: &mut [f64]) {
-    let n = w.len();
-    let mut i = 0;
-    while i + 8 <= n {
-        let (a, b) = bf16x8(w.as_ptr().add(i));
-        _mm256_storeu_pd(out.as_mut_ptr().add(i), a);
-        _mm256_storeu_pd(out.as_mut_ptr().add(i + 4), b);
-        i += 8;
-    }
-    for j in i..n {
-        out[j] = bf16_to_f32(w[j]) as f64;
-    }
-}
-
-/// Matrix block with fp32 weights; layout as [`matmul_bf16`].
+/// Matrix block with fp32 weights; w \[nr, cols\], x \[T, cols\] → out \[T, nr\].
 #[target_feature(enable = "avx2")]
 pub(crate) unsafe fn matmul_f32(w: &[f32], cols: usize, x: &[f32], out: &mut [f32]) {
     let nr = w.len() / cols;
@@ -348,108 +303,365 @@ pub(crate) unsafe fn matmul_f32(w: &[f32], cols: usize, x: &[f32], out: &mut [f3
     }
 }
 
-/// Byte-shuffle controls that move nibble-code bytes k0 … k0+3 of a 16-byte column vector to
-/// byte 4 of each 64-bit lane (bits 32–39), zeroing every other byte. Bytes of the 256-bit
-/// shuffle are taken from the same 128-bit half, which holds a broadcast copy.
+// ----- MXFP4 -------------------------------------------------------------------------------
+//
+// Decode of 16 columns (8 packed bytes): `vpmovzxbd` puts byte k (columns 2k and 2k+1) in
+// dword k; `vpermd` looks the low nibble's magnitude up in the scale's row of
+// `E2M1_SCALED_HI32_SIGNX` (it reads index bits 0–2 only), and the byte shifted right by 4
+// does the same for the high nibble. XOR-ing `code << 28` applies the sign (see the table).
+// The eight high words of each half are then interleaved with zero low words into f64
+// registers, which leaves the columns in the order of `MX_PERM`: register r lane j holds
+// column MX_PERM[4r + j] of the 16. Each register lane still receives a fixed column mod 16
+// in increasing column order, so it *is* one canonical accumulator lane (MODEL.md §5.2);
+// x is permuted the same way once per call and the lanes are put back in canonical order
+// before the reduction tree.
+
+/// Column (mod 16) held by lane j of register r of the MXFP4 decode: MX_PERM\[4r + j\].
+const MX_PERM: [usize; DOT_LANES] = [0, 2, 8, 10, 4, 6, 12, 14, 1, 3, 9, 11, 5, 7, 13, 15];
+
+/// The exact f64 values of 16 columns from 8 packed bytes at `p` with the scale's signed
+/// table row, in `MX_PERM` order.
 #[inline(always)]
-unsafe fn nib_ctrl(k0: i8) -> __m256i {
-    let z = -128i8; // 0x80: zero the byte
-    _mm256_setr_epi8(
-        z,
-        z,
-        z,
-        z,
-        k0,
-        z,
-        z,
-        z,
-        z,
-        z,
-        z,
-        z,
-        k0 + 1,
-        z,
-        z,
-        z, //
-        z,
-        z,
-        z,
-        z,
-        k0 + 2,
-        z,
-        z,
-        z,
-        z,
-        z,
-        z,
-        z,
-        k0 + 3,
-        z,
-        z,
-        z,
-    )
+unsafe fn mx_decode16(p: *const u8, table: __m256i) -> [__m256d; 4] {
+    let d = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i));
+    let d4 = _mm256_srli_epi32::<4>(d);
+    // Shifting the dword by 28 keeps only the low nibble (the high one leaves the dword).
+    let even = _mm256_xor_si256(
+        _mm256_permutevar8x32_epi32(table, d),
+        _mm256_slli_epi32::<28>(d),
+    );
+    let odd = _mm256_xor_si256(
+        _mm256_permutevar8x32_epi32(table, d4),
+        _mm256_slli_epi32::<28>(d4),
+    );
+    let z = _mm256_setzero_si256();
+    [
+        _mm256_castsi256_pd(_mm256_unpacklo_epi32(z, even)),
+        _mm256_castsi256_pd(_mm256_unpackhi_epi32(z, even)),
+        _mm256_castsi256_pd(_mm256_unpacklo_epi32(z, odd)),
+        _mm256_castsi256_pd(_mm256_unpackhi_epi32(z, odd)),
+    ]
 }
 
-/// Decodes 4 columns to exact f64 values: `codes` holds each column's nibble code at bits
-/// 32–35 of its 64-bit lane; `table` is the scale's row of `E2M1_SCALED_HI32` (high words of
-/// the 8 magnitudes; entry 0 is 0, which also fills the low words).
 #[inline(always)]
-unsafe fn decode4(codes: __m256i, table: __m256i) -> __m256d {
-    let mag = _mm256_permutevar8x32_epi32(table, codes);
-    let sign = _mm256_slli_epi64::<28>(_mm256_and_si256(codes, _mm256_set1_epi64x(8 << 32)));
-    _mm256_castsi256_pd(_mm256_xor_si256(mag, sign))
+unsafe fn mx_table(s: u8) -> __m256i {
+    _mm256_loadu_si256(E2M1_SCALED_HI32_SIGNX[s as usize].as_ptr() as *const __m256i)
 }
 
-/// The 32 nibble codes of one group (16 packed bytes) as two byte vectors in column order:
-/// columns 0–15 and 16–31, each broadcast to both 128-bit halves.
+/// Accumulator registers in `MX_PERM` order → the 16 canonical lanes.
 #[inline(always)]
-unsafe fn group_codes(p: *const u8) -> (__m256i, __m256i) {
-    let v = _mm_loadu_si128(p as *const __m128i);
-    let m = _mm_set1_epi8(15);
-    let lo = _mm_and_si128(v, m);
-    let hi = _mm_and_si128(_mm_srli_epi16::<4>(v), m);
-    (
-        _mm256_broadcastsi128_si256(_mm_unpacklo_epi8(lo, hi)),
-        _mm256_broadcastsi128_si256(_mm_unpackhi_epi8(lo, hi)),
-    )
+unsafe fn mx_lanes(a: &Acc) -> [f64; DOT_LANES] {
+    let l = acc_lanes(a);
+    let mut c = [0.0f64; DOT_LANES];
+    for (k, &col) in MX_PERM.iter().enumerate() {
+        c[col] = l[k];
+    }
+    c
 }
 
-/// `dot` of one MXFP4 row with x: column c's exact product goes into lane c mod 16.
+/// x \[T, cols\] (cols a multiple of 32) widened to f64 with every 16 columns in `MX_PERM`
+/// order, as [`matvec_mxfp4`] and the MXFP4 products expect.
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn prep_x_mxfp4(x: &[f32], out: &mut Vec<f64>) {
+    out.clear();
+    out.reserve(x.len());
+    for b in x.chunks_exact(DOT_LANES) {
+        out.extend(MX_PERM.iter().map(|&c| b[c] as f64));
+    }
+}
+
+/// `dot` of one MXFP4 row with x (permuted f64, see [`prep_x_mxfp4`]).
 #[inline(always)]
-unsafe fn dot_mxfp4_row(packed: &[u8], scales: &[u8], x: &[f64], ctrl: &[__m256i; 4]) -> f64 {
+unsafe fn dot_mxfp4_row(packed: &[u8], scales: &[u8], xp: &[f64]) -> f64 {
     let mut acc = acc_zero();
-    let px = x.as_ptr();
+    let (pp, px) = (packed.as_ptr(), xp.as_ptr());
     for (g, &s) in scales.iter().enumerate() {
-        let table = _mm256_loadu_si256(E2M1_SCALED_HI32[s as usize].as_ptr() as *const __m256i);
-        let (c0, c1) = group_codes(packed.as_ptr().add(g * GROUP / 2));
-        let xg = px.add(g * GROUP);
-        for (half, codes) in [c0, c1].into_iter().enumerate() {
-            let xh = xg.add(16 * half);
+        let table = mx_table(s);
+        for half in 0..2 {
+            let w = mx_decode16(pp.add(g * GROUP / 2 + 8 * half), table);
+            let xh = px.add(g * GROUP + 16 * half);
             for (r, ar) in acc.iter_mut().enumerate() {
-                let w = decode4(_mm256_shuffle_epi8(codes, ctrl[r]), table);
-                *ar = _mm256_add_pd(*ar, _mm256_mul_pd(w, _mm256_loadu_pd(xh.add(4 * r))));
+                *ar = _mm256_add_pd(*ar, _mm256_mul_pd(w[r], _mm256_loadu_pd(xh.add(4 * r))));
             }
         }
     }
-    reduce16(&acc_lanes(&acc))
+    reduce16(&mx_lanes(&acc))
 }
 
-/// Decodes one MXFP4 row to exact f64 values (one row at a time, never a whole matrix).
+/// MXFP4 matrix-vector block (T = 1): packed \[nr, cols/2\], scales \[nr, cols/32\], `xp` = x
+/// prepared by [`prep_x_mxfp4`] → out \[nr\].
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn matvec_mxfp4(
+    packed: &[u8],
+    scales: &[u8],
+    cols: usize,
+    xp: &[f64],
+    out: &mut [f32],
+) {
+    let (pb, sb) = (cols / 2, cols / GROUP);
+    for (r, o) in out.iter_mut().enumerate() {
+        *o = dot_mxfp4_row(
+            &packed[r * pb..(r + 1) * pb],
+            &scales[r * sb..(r + 1) * sb],
+            xp,
+        ) as f32;
+    }
+}
+
+// ----- several positions (prefill): tiled products ---------------------------------------
+//
+// A block of rows times T positions. The inner dimension is cut into chunks of `kc` columns
+// (a multiple of 32); for each chunk the x of every position is widened once (T·kc values,
+// L2-sized) and each pair of weight rows is widened once (2·kc values, L1-sized) and reused
+// for every position. The 16 accumulators of each (row, position) live in a scratch array
+// and carry across chunks in increasing column order (MODEL.md §5.2 allows exactly this), so
+// every weight is read from memory once per call and converted once per call, and the inner
+// loop is loads, multiplies and adds only. Chunks are zero-padded to whole 16-column blocks:
+// a padded product is 0 × 0 = +0, and adding +0 leaves an accumulator unchanged (it starts
+// at +0 and can never become −0).
+
+/// Scratch of the tiled products, per thread: accumulators, widened x chunk, widened rows.
+#[derive(Default)]
+struct TileScratch {
+    acc: Vec<f64>,
+    x: Vec<f64>,
+    w: Vec<f64>,
+}
+
+thread_local! {
+    static TILE: std::cell::Cell<TileScratch> = std::cell::Cell::new(TileScratch::default());
+}
+
+/// Columns per chunk for T positions (a multiple of 32). Up to 10 positions the widened x
+/// chunk and the two widened rows fit in 24 KiB of L1 together; beyond that x is read from
+/// L2 anyway and longer chunks (x chunk about 256 KiB) save accumulator traffic. Tuned on
+/// the development machine (bench/results); any value gives the same bits.
+fn chunk_cols(t_n: usize) -> usize {
+    let t = t_n.max(1);
+    if t <= 10 {
+        ((24576 / 8 / (t + 2)) & !31).clamp(256, 1024)
+    } else {
+        ((262144 / 8 / (t + 2)) & !31).clamp(64, 1024)
+    }
+}
+
+/// A weight matrix block whose rows can be widened to f64 one chunk at a time.
+trait WideRows {
+    /// Whether widened rows and x are in `MX_PERM` order per 16 columns.
+    const PERMUTED: bool;
+    /// Writes columns k0 .. k0 + n of row r widened to f64 at `dst` (n a multiple of 16 except
+    /// at the end of the row; `dst` has room for n rounded up to 16, which the caller zeroes).
+    unsafe fn widen(&self, r: usize, k0: usize, n: usize, dst: *mut f64);
+    /// Requests the bytes of columns k0 .. k0 + n of row r (the rows after the current pair
+    /// are not adjacent to it in memory, so the hardware prefetcher misses their start).
+    unsafe fn prefetch(&self, r: usize, k0: usize, n: usize);
+}
+
+/// Prefetches `bytes` bytes from `p` into L1, one request per 64-byte line.
 #[inline(always)]
-unsafe fn decode_row_mxfp4(packed: &[u8], scales: &[u8], ctrl: &[__m256i; 4], out: &mut [f64]) {
-    for (g, &s) in scales.iter().enumerate() {
-        let table = _mm256_loadu_si256(E2M1_SCALED_HI32[s as usize].as_ptr() as *const __m256i);
-        let (c0, c1) = group_codes(packed.as_ptr().add(g * GROUP / 2));
-        for (half, codes) in [c0, c1].into_iter().enumerate() {
-            let o = out.as_mut_ptr().add(g * GROUP + 16 * half);
-            for (r, c) in ctrl.iter().enumerate() {
-                _mm256_storeu_pd(o.add(4 * r), decode4(_mm256_shuffle_epi8(codes, *c), table));
-            }
+unsafe fn prefetch_bytes(p: *const u8, bytes: usize) {
+    let mut o = 0;
+    while o < bytes {
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o) as *const i8);
+        o += 64;
+    }
+}
+
+struct Bf16Rows<'a> {
+    w: &'a [u16],
+    cols: usize,
+}
+
+impl WideRows for Bf16Rows<'_> {
+    const PERMUTED: bool = false;
+    #[inline(always)]
+    unsafe fn prefetch(&self, r: usize, k0: usize, n: usize) {
+        prefetch_bytes(self.w.as_ptr().add(r * self.cols + k0) as *const u8, 2 * n);
+    }
+    #[inline(always)]
+    unsafe fn widen(&self, r: usize, k0: usize, n: usize, dst: *mut f64) {
+        let p = self.w.as_ptr().add(r * self.cols + k0);
+        let mut i = 0;
+        while i + 8 <= n {
+            let (a, b) = bf16x8(p.add(i));
+            _mm256_storeu_pd(dst.add(i), a);
+            _mm256_storeu_pd(dst.add(i + 4), b);
+            i += 8;
+        }
+        while i < n {
+            *dst.add(i) = bf16_to_f32(*p.add(i)) as f64;
+            i += 1;
         }
     }
 }
 
-/// MXFP4 block: packed \[nr, cols/2\], scales \[nr, cols/32\], x \[T, cols\] → out \[T, nr\].
+struct Mxfp4Rows<'a> {
+    packed: &'a [u8],
+    scales: &'a [u8],
+    cols: usize,
+}
+
+impl WideRows for Mxfp4Rows<'_> {
+    const PERMUTED: bool = true;
+    #[inline(always)]
+    unsafe fn prefetch(&self, r: usize, k0: usize, n: usize) {
+        prefetch_bytes(self.packed.as_ptr().add((r * self.cols + k0) / 2), n / 2);
+        prefetch_bytes(
+            self.scales.as_ptr().add((r * self.cols + k0) / GROUP),
+            n / GROUP,
+        );
+    }
+    #[inline(always)]
+    unsafe fn widen(&self, r: usize, k0: usize, n: usize, dst: *mut f64) {
+        let pp = self.packed.as_ptr().add(r * self.cols / 2);
+        let ps = self.scales.as_ptr().add(r * self.cols / GROUP);
+        let mut c = 0;
+        while c < n {
+            let col = k0 + c;
+            let w = mx_decode16(pp.add(col / 2), mx_table(*ps.add(col / GROUP)));
+            for (q, v) in w.iter().enumerate() {
+                _mm256_storeu_pd(dst.add(c + 4 * q), *v);
+            }
+            c += 16;
+        }
+    }
+}
+
+/// Adds the products of two widened weight rows `wa`, `wb` with one widened x chunk `xc`
+/// (all `n` long, n a multiple of 16) into the 16-lane accumulators at `acc_a`, `acc_b`.
+#[inline(always)]
+unsafe fn acc_pair(
+    wa: *const f64,
+    wb: *const f64,
+    xc: *const f64,
+    n: usize,
+    acc_a: *mut f64,
+    acc_b: *mut f64,
+) {
+    let mut a = [
+        _mm256_loadu_pd(acc_a),
+        _mm256_loadu_pd(acc_a.add(4)),
+        _mm256_loadu_pd(acc_a.add(8)),
+        _mm256_loadu_pd(acc_a.add(12)),
+    ];
+    let mut b = [
+        _mm256_loadu_pd(acc_b),
+        _mm256_loadu_pd(acc_b.add(4)),
+        _mm256_loadu_pd(acc_b.add(8)),
+        _mm256_loadu_pd(acc_b.add(12)),
+    ];
+    let mut i = 0;
+    while i < n {
+        for q in 0..4 {
+            let xv = _mm256_loadu_pd(xc.add(i + 4 * q));
+            a[q] = _mm256_add_pd(a[q], _mm256_mul_pd(_mm256_loadu_pd(wa.add(i + 4 * q)), xv));
+            b[q] = _mm256_add_pd(b[q], _mm256_mul_pd(_mm256_loadu_pd(wb.add(i + 4 * q)), xv));
+        }
+        i += DOT_LANES;
+    }
+    for q in 0..4 {
+        _mm256_storeu_pd(acc_a.add(4 * q), a[q]);
+        _mm256_storeu_pd(acc_b.add(4 * q), b[q]);
+    }
+}
+
+/// The tiled product of a block of `nr` rows (see above): x \[T, cols\] → out \[T, nr\].
+#[inline(always)]
+unsafe fn matmul_tiled<W: WideRows>(src: &W, nr: usize, cols: usize, x: &[f32], out: &mut [f32]) {
+    let t_n = x.len() / cols;
+    let kc = chunk_cols(t_n);
+    let mut s = TILE.take();
+    s.acc.clear();
+    s.acc.resize(nr * t_n * DOT_LANES, 0.0);
+    s.x.resize(t_n * kc, 0.0);
+    s.w.resize(2 * kc, 0.0);
+    let (acc, xs, ws) = (s.acc.as_mut_ptr(), s.x.as_mut_ptr(), s.w.as_mut_ptr());
+    let mut k0 = 0;
+    while k0 < cols {
+        let n = kc.min(cols - k0);
+        let np = n.div_ceil(DOT_LANES) * DOT_LANES;
+        // x of every position for this chunk, zero-padded to whole 16-column blocks.
+        for t in 0..t_n {
+            let src_x = &x[t * cols + k0..t * cols + k0 + n];
+            let dst = std::slice::from_raw_parts_mut(xs.add(t * kc), np);
+            if W::PERMUTED {
+                for (d, b) in dst
+                    .chunks_exact_mut(DOT_LANES)
+                    .zip(src_x.chunks_exact(DOT_LANES))
+                {
+                    for (o, &c) in d.iter_mut().zip(MX_PERM.iter()) {
+                        *o = b[c] as f64;
+                    }
+                }
+            } else {
+                let mut i = 0;
+                while i + 4 <= n {
+                    _mm256_storeu_pd(dst.as_mut_ptr().add(i), f32x4(src_x.as_ptr().add(i)));
+                    i += 4;
+                }
+                for j in i..np {
+                    dst[j] = if j < n { src_x[j] as f64 } else { 0.0 };
+                }
+            }
+        }
+        let mut r = 0;
+        while r < nr {
+            let pair = r + 1 < nr;
+            for q in r + 2..nr.min(r + 4) {
+                src.prefetch(q, k0, n);
+            }
+            // Both row buffers are zero-padded to np; a missing second row is all zero.
+            src.widen(r, k0, n, ws);
+            std::slice::from_raw_parts_mut(ws.add(n), np - n).fill(0.0);
+            if pair {
+                src.widen(r + 1, k0, n, ws.add(kc));
+                std::slice::from_raw_parts_mut(ws.add(kc + n), np - n).fill(0.0);
+            } else {
+                std::slice::from_raw_parts_mut(ws.add(kc), np).fill(0.0);
+            }
+            let rb = if pair { r + 1 } else { r };
+            for t in 0..t_n {
+                let aa = acc.add((r * t_n + t) * DOT_LANES);
+                let ab = acc.add((rb * t_n + t) * DOT_LANES);
+                if pair {
+                    acc_pair(ws, ws.add(kc), xs.add(t * kc), np, aa, ab);
+                } else {
+                    // The lone last row: the second accumulator set is a throwaway copy.
+                    let mut dummy = [0.0f64; DOT_LANES];
+                    acc_pair(ws, ws.add(kc), xs.add(t * kc), np, aa, dummy.as_mut_ptr());
+                }
+            }
+            r += 2;
+        }
+        k0 += n;
+    }
+    for r in 0..nr {
+        for t in 0..t_n {
+            let l = std::slice::from_raw_parts(acc.add((r * t_n + t) * DOT_LANES), DOT_LANES);
+            let mut lanes = [0.0f64; DOT_LANES];
+            if W::PERMUTED {
+                for (k, &c) in MX_PERM.iter().enumerate() {
+                    lanes[c] = l[k];
+                }
+            } else {
+                lanes.copy_from_slice(l);
+            }
+            out[t * nr + r] = reduce16(&lanes) as f32;
+        }
+    }
+    TILE.set(s);
+}
+
+/// Matrix block, several positions: w \[nr, cols\] BF16, x \[T, cols\] → out \[T, nr\], tiled
+/// (every weight read and widened once per call).
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn matmul_bf16(w: &[u16], cols: usize, x: &[f32], out: &mut [f32]) {
+    let nr = w.len() / cols;
+    matmul_tiled(&Bf16Rows { w, cols }, nr, cols, x, out);
+}
+
+/// MXFP4 block, several positions: packed \[nr, cols/2\], scales \[nr, cols/32\], x \[T, cols\]
+/// → out \[T, nr\], tiled (every element decoded once per call).
 #[target_feature(enable = "avx2")]
 pub(crate) unsafe fn matmul_mxfp4(
     packed: &[u8],
@@ -458,35 +670,18 @@ pub(crate) unsafe fn matmul_mxfp4(
     x: &[f32],
     out: &mut [f32],
 ) {
-    let (pb, sb) = (cols / 2, cols / GROUP);
-    let nr = packed.len() / pb;
-    let t_n = x.len() / cols;
-    let ctrl = [nib_ctrl(0), nib_ctrl(4), nib_ctrl(8), nib_ctrl(12)];
-    if t_n == 1 {
-        let x64 = widen_f32(x);
-        for r in 0..nr {
-            let v = dot_mxfp4_row(
-                &packed[r * pb..(r + 1) * pb],
-                &scales[r * sb..(r + 1) * sb],
-                &x64,
-                &ctrl,
-            );
-            out[r] = v as f32;
-        }
-        return;
-    }
-    let mut row = vec![0.0f64; cols];
-    for r in 0..nr {
-        decode_row_mxfp4(
-            &packed[r * pb..(r + 1) * pb],
-            &scales[r * sb..(r + 1) * sb],
-            &ctrl,
-            &mut row,
-        );
-        for (t, xt) in x.chunks_exact(cols).enumerate() {
-            out[t * nr + r] = dot_f64_f32(&row, xt) as f32;
-        }
-    }
+    let nr = packed.len() / (cols / 2);
+    matmul_tiled(
+        &Mxfp4Rows {
+            packed,
+            scales,
+            cols,
+        },
+        nr,
+        cols,
+        x,
+        out,
+    );
 }
 
 /// Exact BF16 → fp32 widening as an integer shift (no float conversion, so even NaN payloads
