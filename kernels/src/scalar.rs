@@ -67,9 +67,8 @@ pub(crate) fn matvec_bf16(w: &[u16], cols: usize, x64: &[f64], out: &mut [f32]) 
     }
 }
 
-/// x widened to f64 for [`matvec_mxfp4`] (column order).
+/// Appends x widened to f64 for [`matvec_mxfp4`] (column order).
 pub(crate) fn prep_x_mxfp4(x: &[f32], out: &mut Vec<f64>) {
-    out.clear();
     out.extend(x.iter().map(|&v| v as f64));
 }
 

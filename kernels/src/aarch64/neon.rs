@@ -451,10 +451,9 @@ unsafe fn dot_mxfp4_row_x64(packed: &[u8], scales: &[u8], x: &[f64]) -> f64 {
     reduce16(&acc_lanes(&acc))
 }
 
-/// x widened to f64 for [`matvec_mxfp4`] (column order).
+/// Appends x widened to f64 for [`matvec_mxfp4`] (column order).
 #[target_feature(enable = "neon")]
 pub(crate) unsafe fn prep_x_mxfp4(x: &[f32], out: &mut Vec<f64>) {
-    out.clear();
     out.extend(x.iter().map(|&v| v as f64));
 }
 

@@ -359,11 +359,10 @@ unsafe fn mx_lanes(a: &Acc) -> [f64; DOT_LANES] {
     c
 }
 
-/// x \[T, cols\] (cols a multiple of 32) widened to f64 with every 16 columns in `MX_PERM`
-/// order, as [`matvec_mxfp4`] and the MXFP4 products expect.
+/// Appends x \[T, cols\] (cols a multiple of 32) widened to f64 with every 16 columns in
+/// `MX_PERM` order, as [`matvec_mxfp4`] expects.
 #[target_feature(enable = "avx2")]
 pub(crate) unsafe fn prep_x_mxfp4(x: &[f32], out: &mut Vec<f64>) {
-    out.clear();
     out.reserve(x.len());
     for b in x.chunks_exact(DOT_LANES) {
         out.extend(MX_PERM.iter().map(|&c| b[c] as f64));
