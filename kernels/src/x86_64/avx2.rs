@@ -1,7 +1,13 @@
 //! The AVX2 path. `dot` keeps its 16 f64 accumulators in four 4×f64 registers, register r
-//! lane j = acc\[4r + j\] (MODEL.md §5.2), and ends with the scalar reduction tree. Compiled
-//! with `avx2` only (never `fma`), so the compiler cannot emit fused multiply-adds; a test
-//! checks the disassembly.
+//! lane j = acc\[4r + j\] (MODEL.md §5.2), and ends with the scalar reduction tree. The MXFP4
+//! products hold the same 16 accumulators in another fixed order (`MX_PERM`, which their
+//! decode produces) and restore the canonical order before the tree: every accumulator still
+//! receives the same exact products in the same order, so the bits are those of §5.2.
+//! Compiled with `avx2` only (never `fma`), so the compiler cannot emit fused multiply-adds;
+//! a test checks the disassembly.
+//!
+//! Matrix-vector products (decode) take x widened once per call; products over several
+//! positions (prefill) are tiled over the inner dimension (see `matmul_tiled`).
 //!
 //! Every function is `unsafe`: callers guarantee the CPU supports AVX2 (`Kernels` checks).
 
