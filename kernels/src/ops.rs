@@ -158,7 +158,7 @@ impl Kernels {
         if t == 1 {
             with_scratch(|x64| {
                 x64.clear();
-                x64.extend(x.iter().map(|&v| v as f64));
+                dispatch!(isa, prep_x_bf16(x, x64));
                 let x64 = &x64[..];
                 let blk = matvec_block(rows);
                 self.pool.for_each_chunk(y, blk, |bi, out| {
@@ -198,8 +198,8 @@ impl Kernels {
             ys.len()
         );
         let isa = self.isa;
-        // Per product: positions, rows per task, first task, offset of its widened x.
-        let mut plan: Vec<(usize, usize, usize, usize)> = Vec::with_capacity(n);
+        // Per product: positions, rows per task, first task, range of its prepared x.
+        let mut plan: Vec<(usize, usize, usize, usize, usize)> = Vec::with_capacity(n);
         let mut tasks = 0usize;
         with_scratch(|xp| {
             xp.clear();
@@ -212,29 +212,29 @@ impl Kernels {
                     xs[j].len(),
                     ys[j].len(),
                 );
-                let (blk, off) = if t == 1 {
-                    // Products reading the same input vector share its widened copy.
+                let (blk, off, end) = if t == 1 {
+                    // Products reading the same input vector share its prepared copy.
                     let same = (0..j).find(|&i| plan[i].0 == 1 && std::ptr::eq(xs[i], xs[j]));
-                    let off = match same {
-                        Some(i) => plan[i].3,
+                    let (off, end) = match same {
+                        Some(i) => (plan[i].3, plan[i].4),
                         None => {
                             let off = xp.len();
-                            xp.extend(xs[j].iter().map(|&v| v as f64));
-                            off
+                            dispatch!(isa, prep_x_bf16(xs[j], xp));
+                            (off, xp.len())
                         }
                     };
-                    (matvec_block(rows), off)
+                    (matvec_block(rows), off, end)
                 } else {
-                    (ROW_BLOCK, 0)
+                    (ROW_BLOCK, 0, 0)
                 };
-                plan.push((t, blk, tasks, off));
+                plan.push((t, blk, tasks, off, end));
                 tasks += rows.div_ceil(blk);
             }
             let xp = &xp[..];
             let outs: Vec<SyncPtr<f32>> = ys.iter_mut().map(|y| SyncPtr::new(y)).collect();
             self.pool.run(tasks, |task| {
                 let j = plan.partition_point(|p| p.2 <= task) - 1;
-                let (t, blk, first, off) = plan[j];
+                let (t, blk, first, off, end) = plan[j];
                 let (w, rows, cols) = ws[j];
                 let r0 = (task - first) * blk;
                 let nr = blk.min(rows - r0);
@@ -243,7 +243,7 @@ impl Kernels {
                     // SAFETY: task (j, block) owns rows [r0, r0 + nr) of ys[j]; tasks are
                     // disjoint and ys stays mutably borrowed for the whole call.
                     let out = unsafe { outs[j].slice(r0, nr) };
-                    dispatch!(isa, matvec_bf16(wb, cols, &xp[off..off + cols], out));
+                    dispatch!(isa, matvec_bf16(wb, cols, &xp[off..end], out));
                 } else {
                     let mut out = vec![0.0f32; t * nr];
                     dispatch!(isa, matmul_bf16(wb, cols, xs[j], &mut out));

@@ -236,6 +236,42 @@ fn many_bf16_products_equal_single_ones() {
     }
 }
 
+/// Infinite and NaN BF16 weights (exponent 255) among finite ones: every path gives the
+/// scalar result (NaN wherever scalar gives NaN — NaN payloads are not part of the contract),
+/// so an unusable weight can never turn into a finite output. The AVX2 matrix-vector product
+/// builds weights with integer operations that only hold for finite values and must detect
+/// these rows.
+#[test]
+fn non_finite_weights_give_the_scalar_result() {
+    let mut r = Rng(16);
+    for case in 0..20 {
+        let rows = 1 + r.below(70);
+        let cols = 1 + r.below(300);
+        let t = if case % 3 == 0 { 2 } else { 1 };
+        let mut w: Vec<u16> = (0..rows * cols).map(|_| finite_bf16(&mut r)).collect();
+        for _ in 0..1 + r.below(3) {
+            let i = r.below(rows * cols);
+            w[i] = [0x7f80, 0xff80, 0x7fc0, 0xffc1, 0x7f81][r.below(5)];
+        }
+        let x = mixed(&mut r, t * cols);
+        let want = {
+            let mut y = vec![0.0; t * rows];
+            kernels(Isa::Scalar, 1).matmul_bf16(&w, rows, cols, &x, &mut y);
+            y
+        };
+        for (isa, th) in configs() {
+            let mut y = vec![0.0; t * rows];
+            kernels(isa, th).matmul_bf16(&w, rows, cols, &x, &mut y);
+            for (i, (a, b)) in y.iter().zip(&want).enumerate() {
+                assert!(
+                    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                    "case {case}: {rows} x {cols}, T {t} [{isa} t{th}]: element {i}: {a} vs scalar {b}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn elementwise_and_transcendentals() {
     let mut r = Rng(12);
