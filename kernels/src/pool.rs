@@ -9,7 +9,7 @@
 use crate::error::KernelError;
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -22,6 +22,9 @@ pub const MAX_THREADS: usize = 1024;
 /// the futex wake-up latency without burning a core when the engine is idle.
 const SPIN: Duration = Duration::from_micros(50);
 
+/// How long the calling thread spins for the last tasks of a job before sleeping.
+const WAIT_SPIN: Duration = Duration::from_micros(20);
+
 thread_local! {
     /// Set while this thread executes tasks of some pool: a nested `run` then executes its
     /// tasks inline (in order) instead of waiting for workers that may all be busy.
@@ -30,30 +33,38 @@ thread_local! {
 
 type TaskFn<'a> = dyn Fn(usize) + Sync + 'a;
 
+/// The published job: its generation, closure and number of tasks.
 #[derive(Clone, Copy)]
 struct Job {
+    generation: u32,
     f: *const TaskFn<'static>,
     tasks: usize,
 }
-// SAFETY: the closure behind `f` is `Sync`, and `run` keeps it alive until every worker has
-// finished with the job (it waits for `busy == 0` before returning).
+// SAFETY: the closure behind `f` is `Sync`; it is only called for a task index claimed from
+// `Shared::claim` with the job's generation, and `run` does not return before every claimed
+// task of its generation has completed, so the closure outlives every call.
 unsafe impl Send for Job {}
 
 struct State {
-    generation: u64,
     job: Option<Job>,
-    busy: usize,
-    panicked: bool,
     shutdown: bool,
 }
 
 struct Shared {
     state: Mutex<State>,
+    /// Workers sleep here waiting for a new generation.
     work: Condvar,
+    /// The caller sleeps here waiting for the last task.
     done: Condvar,
-    /// Mirror of `State::generation` for the lock-free spin of idle workers.
+    /// The generation of the latest published job (idle workers spin on it).
     generation: AtomicU64,
-    next: AtomicUsize,
+    /// Task claims: generation in the high 32 bits, next task index in the low 32 bits. A
+    /// worker that wakes late for an old job finds another generation here and claims nothing,
+    /// so a job never waits for idle workers to check in.
+    claims: AtomicU64,
+    /// Tasks of the current job that have finished.
+    completed: AtomicUsize,
+    panicked: AtomicBool,
 }
 
 impl Shared {
@@ -63,21 +74,42 @@ impl Shared {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Runs tasks of `job` until none is left. Returns true if a task panicked.
-    fn execute(&self, job: Job) -> bool {
-        // SAFETY: see `Job`: the closure outlives the job.
-        let f = unsafe { &*job.f };
-        let mut panicked = false;
+    /// Claims the next task of job `generation`, or `None` when it has none left (or a newer
+    /// job has been published).
+    fn claim(&self, generation: u32, tasks: usize) -> Option<usize> {
+        let mut cur = self.claims.load(Ordering::Acquire);
         loop {
-            let i = self.next.fetch_add(1, Ordering::Relaxed);
-            if i >= job.tasks {
-                break;
+            let (g, i) = ((cur >> 32) as u32, (cur & 0xFFFF_FFFF) as usize);
+            if g != generation || i >= tasks {
+                return None;
             }
-            if catch_unwind(AssertUnwindSafe(|| f(i))).is_err() {
-                panicked = true;
+            match self.claims.compare_exchange_weak(
+                cur,
+                cur + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some(i),
+                Err(now) => cur = now,
             }
         }
-        panicked
+    }
+
+    /// Runs tasks of `job` until none is left to claim.
+    fn execute(&self, job: Job) {
+        while let Some(i) = self.claim(job.generation, job.tasks) {
+            // SAFETY: see `Job`: a claimed task's job is still running, so its closure lives.
+            let f = unsafe { &*job.f };
+            if catch_unwind(AssertUnwindSafe(|| f(i))).is_err() {
+                self.panicked.store(true, Ordering::Relaxed);
+            }
+            if self.completed.fetch_add(1, Ordering::AcqRel) + 1 == job.tasks {
+                // The last task: wake the caller if it sleeps (under the lock, so the wake-up
+                // cannot fall between its check and its wait).
+                let _st = self.lock();
+                self.done.notify_all();
+            }
+        }
     }
 }
 
@@ -87,7 +119,7 @@ pub struct ThreadPool {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
     threads: usize,
-    run_lock: Mutex<()>,
+    run_lock: Mutex<u32>,
 }
 
 impl ThreadPool {
@@ -102,16 +134,15 @@ impl ThreadPool {
         );
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
-                generation: 0,
                 job: None,
-                busy: 0,
-                panicked: false,
                 shutdown: false,
             }),
             work: Condvar::new(),
             done: Condvar::new(),
             generation: AtomicU64::new(0),
-            next: AtomicUsize::new(0),
+            claims: AtomicU64::new(0),
+            completed: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
         });
         let workers = (1..threads)
             .map(|n| {
@@ -126,7 +157,7 @@ impl ThreadPool {
             shared,
             workers,
             threads,
-            run_lock: Mutex::new(()),
+            run_lock: Mutex::new(0),
         }
     }
 
@@ -137,7 +168,8 @@ impl ThreadPool {
 
     /// Runs `f(0)`, `f(1)`, …, `f(tasks − 1)`, each exactly once, on the workers and the
     /// calling thread, and returns when all are done. Called from inside a task (of any
-    /// pool), it runs the tasks inline in increasing order.
+    /// pool), it runs the tasks inline in increasing order. Returns as soon as every task has
+    /// finished, without waiting for workers that took none.
     ///
     /// If a task panics, the remaining tasks still run and `run` then panics.
     pub fn run<F: Fn(usize) + Sync>(&self, tasks: usize, f: F) {
@@ -148,38 +180,53 @@ impl ThreadPool {
             (0..tasks).for_each(f);
             return;
         }
-        // One job at a time per pool; a second thread calling `run` waits its turn.
-        let _turn = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
+        assert!(tasks < u32::MAX as usize, "ThreadPool::run: {tasks} tasks");
+        // One job at a time per pool; a second thread calling `run` waits its turn. The lock
+        // also holds the generation counter.
+        let mut turn = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
+        *turn = turn.wrapping_add(1);
+        let generation = *turn;
         let f: &TaskFn<'_> = &f;
         // SAFETY: only the lifetime bound is erased; this function does not return before
-        // every worker has finished with the job (busy == 0 below), so `f` outlives its use.
+        // every claimed task has completed (completed == tasks below), and no task can be
+        // claimed after that, so `f` outlives its use.
         let f: *const TaskFn<'static> =
             unsafe { std::mem::transmute::<&TaskFn<'_>, &'static TaskFn<'static>>(f) };
-        let job = Job { f, tasks };
+        let job = Job {
+            generation,
+            f,
+            tasks,
+        };
+        let sh = &*self.shared;
+        sh.completed.store(0, Ordering::Relaxed);
+        sh.panicked.store(false, Ordering::Relaxed);
         {
-            let mut st = self.shared.lock();
-            self.shared.next.store(0, Ordering::Relaxed);
+            let mut st = sh.lock();
             st.job = Some(job);
-            st.busy = self.workers.len();
-            st.panicked = false;
-            st.generation += 1;
-            self.shared
-                .generation
-                .store(st.generation, Ordering::Release);
-            self.shared.work.notify_all();
+            // Publishing the claims word opens the job; the Release orders the resets above.
+            sh.claims
+                .store((generation as u64) << 32, Ordering::Release);
+            sh.generation.store(generation as u64, Ordering::Release);
+            sh.work.notify_all();
         }
         IN_POOL.with(|c| c.set(true));
-        let mut panicked = self.shared.execute(job);
+        sh.execute(job);
         IN_POOL.with(|c| c.set(false));
-        {
-            let mut st = self.shared.lock();
-            while st.busy > 0 {
-                st = self.shared.done.wait(st).unwrap_or_else(|e| e.into_inner());
+        // Wait for tasks still running on workers: spin briefly, then sleep.
+        let start = Instant::now();
+        let mut spins = 0u32;
+        while sh.completed.load(Ordering::Acquire) < tasks {
+            std::hint::spin_loop();
+            spins += 1;
+            if spins % 64 == 0 && start.elapsed() > WAIT_SPIN {
+                let mut st = sh.lock();
+                while sh.completed.load(Ordering::Acquire) < tasks {
+                    st = sh.done.wait(st).unwrap_or_else(|e| e.into_inner());
+                }
+                break;
             }
-            st.job = None;
-            panicked |= st.panicked;
         }
-        if panicked {
+        if sh.panicked.load(Ordering::Relaxed) {
             panic!("a k3 thread pool task panicked");
         }
     }
@@ -243,22 +290,16 @@ fn worker(shared: &Shared) {
         }
         let job = {
             let mut st = shared.lock();
-            while st.generation == seen && !st.shutdown {
+            while shared.generation.load(Ordering::Acquire) == seen && !st.shutdown {
                 st = shared.work.wait(st).unwrap_or_else(|e| e.into_inner());
             }
             if st.shutdown {
                 return;
             }
-            seen = st.generation;
+            seen = shared.generation.load(Ordering::Acquire);
             st.job.expect("a published generation carries a job")
         };
-        let panicked = shared.execute(job);
-        let mut st = shared.lock();
-        st.panicked |= panicked;
-        st.busy -= 1;
-        if st.busy == 0 {
-            shared.done.notify_all();
-        }
+        shared.execute(job);
     }
 }
 
@@ -343,6 +384,26 @@ mod tests {
                     hits[i].fetch_add(1, Ordering::Relaxed);
                 });
                 assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+            }
+        }
+    }
+
+    #[test]
+    fn many_short_jobs_run_every_task_once() {
+        // Jobs in quick succession: late workers of one job must never claim a task of the
+        // next one or run a finished job's closure.
+        for threads in [2, 3, 5] {
+            let pool = ThreadPool::new(threads);
+            for job in 0..3000usize {
+                let tasks = 1 + job % 7;
+                let hits: Vec<AtomicUsize> = (0..tasks).map(|_| AtomicUsize::new(0)).collect();
+                pool.run(tasks, |i| {
+                    hits[i].fetch_add(1, Ordering::Relaxed);
+                });
+                assert!(
+                    hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
+                    "{threads} threads, job {job}"
+                );
             }
         }
     }

@@ -60,16 +60,22 @@ fn dot_bf16_x64(w: &[u16], x: &[f64]) -> f64 {
     reduce16(&acc)
 }
 
-/// Matrix-vector block (T = 1): w \[nr, cols\] BF16, x64 = x widened to f64 → out \[nr\].
+/// Matrix-vector block (T = 1): w \[nr, cols\] BF16, x64 = x widened to f64 by
+/// [`prep_x_bf16`] → out \[nr\].
 pub(crate) fn matvec_bf16(w: &[u16], cols: usize, x64: &[f64], out: &mut [f32]) {
+    let x64 = &x64[..cols];
     for (o, wr) in out.iter_mut().zip(w.chunks_exact(cols)) {
         *o = rnd(dot_bf16_x64(wr, x64));
     }
 }
 
-/// x widened to f64 for [`matvec_mxfp4`] (column order).
+/// Appends x widened to f64 for [`matvec_bf16`] (column order).
+pub(crate) fn prep_x_bf16(x: &[f32], out: &mut Vec<f64>) {
+    out.extend(x.iter().map(|&v| v as f64));
+}
+
+/// Appends x widened to f64 for [`matvec_mxfp4`] (column order).
 pub(crate) fn prep_x_mxfp4(x: &[f32], out: &mut Vec<f64>) {
-    out.clear();
     out.extend(x.iter().map(|&v| v as f64));
 }
 

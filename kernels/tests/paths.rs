@@ -140,6 +140,138 @@ fn tiled_products_across_chunks() {
     }
 }
 
+/// Several MXFP4 products in one job (the routed experts of a layer) give exactly what each
+/// product gives alone, on every path and thread count, for one and several positions.
+#[test]
+fn many_mxfp4_products_equal_single_ones() {
+    let mut r = Rng(14);
+    for case in 0..6 {
+        let n = 1 + r.below(9);
+        let mut data = Vec::new();
+        for _ in 0..n {
+            let rows = 1 + r.below(150);
+            let cols = 32 * (1 + r.below(8));
+            let t = if r.below(3) == 0 { 1 + r.below(4) } else { 1 };
+            let packed: Vec<u8> = (0..rows * cols / 2).map(|_| r.next_u64() as u8).collect();
+            let scales: Vec<u8> = (0..rows * cols / 32).map(|_| r.below(255) as u8).collect();
+            let x = mixed(&mut r, t * cols);
+            data.push((rows, cols, t, packed, scales, x));
+        }
+        let ms: Vec<Mxfp4> = data
+            .iter()
+            .map(|(rows, cols, _, p, s, _)| Mxfp4::new(p, s, *rows, *cols).unwrap())
+            .collect();
+        let xs: Vec<&[f32]> = data.iter().map(|d| &d.5[..]).collect();
+        let singles = |k: &Kernels| -> Vec<u32> {
+            let mut out = Vec::new();
+            for (j, (rows, _, t, ..)) in data.iter().enumerate() {
+                let mut y = vec![0.0; t * rows];
+                k.matmul_mxfp4(&ms[j], xs[j], &mut y);
+                out.extend(bits32(&y));
+            }
+            out
+        };
+        check(
+            &format!("matmul_mxfp4_many case {case}: {n} products"),
+            |k| {
+                let mut ys: Vec<Vec<f32>> = data
+                    .iter()
+                    .map(|(rows, _, t, ..)| vec![0.0; t * rows])
+                    .collect();
+                let mut yr: Vec<&mut [f32]> = ys.iter_mut().map(|y| &mut y[..]).collect();
+                k.matmul_mxfp4_many(&ms, &xs, &mut yr);
+                let many: Vec<u32> = ys.iter().flat_map(|y| bits32(y)).collect();
+                assert_eq!(many, singles(k), "many vs single products on {:?}", k.isa());
+                many
+            },
+        );
+    }
+}
+
+/// Several BF16 products in one job (projections of one input) give exactly what each product
+/// gives alone, on every path and thread count; some share an input vector, some have T > 1.
+#[test]
+fn many_bf16_products_equal_single_ones() {
+    let mut r = Rng(15);
+    for case in 0..6 {
+        let n = 1 + r.below(7);
+        let cols = 1 + r.below(400);
+        let shared = mixed(&mut r, cols);
+        let mut data = Vec::new();
+        for _ in 0..n {
+            let rows = 1 + r.below(200);
+            let (t, x) = match r.below(3) {
+                0 => (1, None),
+                1 => (1, Some(mixed(&mut r, cols))),
+                _ => {
+                    let t = 2 + r.below(3);
+                    (t, Some(mixed(&mut r, t * cols)))
+                }
+            };
+            let w: Vec<u16> = (0..rows * cols).map(|_| finite_bf16(&mut r)).collect();
+            data.push((rows, t, w, x));
+        }
+        let xs: Vec<&[f32]> = data
+            .iter()
+            .map(|d| d.3.as_deref().unwrap_or(&shared))
+            .collect();
+        let ws: Vec<(&[u16], usize, usize)> = data.iter().map(|d| (&d.2[..], d.0, cols)).collect();
+        check(
+            &format!("matmul_bf16_many case {case}: {n} products"),
+            |k| {
+                let mut ys: Vec<Vec<f32>> = data.iter().map(|d| vec![0.0; d.1 * d.0]).collect();
+                let mut yr: Vec<&mut [f32]> = ys.iter_mut().map(|y| &mut y[..]).collect();
+                k.matmul_bf16_many(&ws, &xs, &mut yr);
+                let many: Vec<u32> = ys.iter().flat_map(|y| bits32(y)).collect();
+                let mut single = Vec::new();
+                for (j, d) in data.iter().enumerate() {
+                    let mut y = vec![0.0; d.1 * d.0];
+                    k.matmul_bf16(&d.2, d.0, cols, xs[j], &mut y);
+                    single.extend(bits32(&y));
+                }
+                assert_eq!(many, single, "many vs single products on {:?}", k.isa());
+                many
+            },
+        );
+    }
+}
+
+/// Infinite and NaN BF16 weights (exponent 255) among finite ones: every path gives the
+/// scalar result (NaN wherever scalar gives NaN — NaN payloads are not part of the contract),
+/// so an unusable weight can never turn into a finite output. The AVX2 matrix-vector product
+/// builds weights with integer operations that only hold for finite values and must detect
+/// these rows.
+#[test]
+fn non_finite_weights_give_the_scalar_result() {
+    let mut r = Rng(16);
+    for case in 0..20 {
+        let rows = 1 + r.below(70);
+        let cols = 1 + r.below(300);
+        let t = if case % 3 == 0 { 2 } else { 1 };
+        let mut w: Vec<u16> = (0..rows * cols).map(|_| finite_bf16(&mut r)).collect();
+        for _ in 0..1 + r.below(3) {
+            let i = r.below(rows * cols);
+            w[i] = [0x7f80, 0xff80, 0x7fc0, 0xffc1, 0x7f81][r.below(5)];
+        }
+        let x = mixed(&mut r, t * cols);
+        let want = {
+            let mut y = vec![0.0; t * rows];
+            kernels(Isa::Scalar, 1).matmul_bf16(&w, rows, cols, &x, &mut y);
+            y
+        };
+        for (isa, th) in configs() {
+            let mut y = vec![0.0; t * rows];
+            kernels(isa, th).matmul_bf16(&w, rows, cols, &x, &mut y);
+            for (i, (a, b)) in y.iter().zip(&want).enumerate() {
+                assert!(
+                    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                    "case {case}: {rows} x {cols}, T {t} [{isa} t{th}]: element {i}: {a} vs scalar {b}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn elementwise_and_transcendentals() {
     let mut r = Rng(12);

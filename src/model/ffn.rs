@@ -18,8 +18,7 @@ pub fn situ_mlp(
     let w = gate.rows;
     let mut a = vec![0f32; t * w];
     let mut b = vec![0f32; t * w];
-    ex.matmul(gate, x, &mut a);
-    ex.matmul(up, x, &mut b);
+    ex.matmul_same_x(&[gate, up], x, &mut [&mut a, &mut b]);
     let mut hh = vec![0f32; t * w];
     ex.situ_glu(&a, &b, d.beta1, d.beta2, &mut hh);
     ex.matmul(down, &hh, out);

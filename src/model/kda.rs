@@ -27,13 +27,19 @@ pub fn forward(
     let mut z = vec![0f32; t * pk];
     let mut b = vec![0f32; t * hk];
     let mut gl = vec![0f32; t * pk];
-    ex.matmul(&m.q_proj, x, &mut q);
-    ex.matmul(&m.k_proj, x, &mut k);
-    ex.matmul(&m.v_proj, x, &mut vv);
-    ex.matmul(&m.f_a_proj, x, &mut fa);
+    ex.matmul_same_x(
+        &[
+            &m.q_proj,
+            &m.k_proj,
+            &m.v_proj,
+            &m.f_a_proj,
+            &m.b_proj,
+            &m.g_proj,
+        ],
+        x,
+        &mut [&mut q, &mut k, &mut vv, &mut fa, &mut b, &mut gl],
+    );
     ex.matmul(&m.f_b_proj, &fa, &mut z);
-    ex.matmul(&m.b_proj, x, &mut b);
-    ex.matmul(&m.g_proj, x, &mut gl);
 
     // 2. short causal depthwise conv + SiLU; the history keeps pre-conv inputs, oldest first
     let hn = (d.kc - 1) * pk;

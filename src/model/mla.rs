@@ -26,17 +26,29 @@ pub fn forward(
     let t = x.len() / d.h;
     let row = d.mla_row();
     let (hm, dq, dn, dv, rkv) = (d.hm, d.dq, d.dn, d.dv, d.rkv);
-    // 1. query: low rank, RMSNorm with eps 1e-6 (the official norm's default), up
+    // Projections of x: the query's low rank, [latent | k_pe] and the output gate, one job.
     let mut cq = vec![0f32; t * d.rq];
-    ex.matmul(&m.q_a_proj, x, &mut cq);
+    let mut c = vec![0f32; t * row];
+    let mut gl = vec![0f32; if m.g_proj.is_some() { t * hm * dv } else { 0 }];
+    match &m.g_proj {
+        Some(g) => ex.matmul_same_x(
+            &[&m.q_a_proj, &m.kv_a_proj_with_mqa, g],
+            x,
+            &mut [&mut cq, &mut c, &mut gl],
+        ),
+        None => ex.matmul_same_x(
+            &[&m.q_a_proj, &m.kv_a_proj_with_mqa],
+            x,
+            &mut [&mut cq, &mut c],
+        ),
+    }
+    // 1. query: low rank, RMSNorm with eps 1e-6 (the official norm's default), up
     let mut cqn = vec![0f32; t * d.rq];
     ex.rmsnorm(&cq, &v.q_a_layernorm, 1e-6, &mut cqn);
     let mut qall = vec![0f32; t * hm * dq];
     ex.matmul(&m.q_b_proj, &cqn, &mut qall);
 
     // 2. [latent | k_pe]; only the latent is normed (eps 1e-6); rows go to slots pos0 …
-    let mut c = vec![0f32; t * row];
-    ex.matmul(&m.kv_a_proj_with_mqa, x, &mut c);
     for p in 0..t {
         let src = &c[p * row..(p + 1) * row];
         let dst = &mut cache.rows[(pos0 + p) * row..(pos0 + p + 1) * row];
@@ -81,9 +93,7 @@ pub fn forward(
     }
 
     // 5. output gate (no norm)
-    if let Some(g) = &m.g_proj {
-        let mut gl = vec![0f32; t * hm * dv];
-        ex.matmul(g, x, &mut gl);
+    if m.g_proj.is_some() {
         ex.sigmoid_gate(&mut o, &gl);
     }
 

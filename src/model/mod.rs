@@ -146,6 +146,14 @@ impl Exec {
     pub fn matmul(&self, w: &Bf16Mat<'_>, x: &[f32], y: &mut [f32]) {
         self.k.matmul_bf16(w.data, w.rows, w.cols, x, y);
     }
+    /// Several products of one input in one parallel job: ys[j] = ws[j] x, each exactly as
+    /// [`Exec::matmul`] computes it (no barrier between the projections of one input).
+    pub fn matmul_same_x(&self, ws: &[&Bf16Mat<'_>], x: &[f32], ys: &mut [&mut [f32]]) {
+        let mats: Vec<(&[u16], usize, usize)> =
+            ws.iter().map(|w| (w.data, w.rows, w.cols)).collect();
+        let xs = vec![x; ws.len()];
+        self.k.matmul_bf16_many(&mats, &xs, ys);
+    }
 }
 
 impl std::ops::Deref for Exec {

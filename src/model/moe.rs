@@ -1,7 +1,10 @@
 //! Router and Stable LatentMoE (MODEL.md §6.7) over a chunk of T positions. Each distinct
 //! expert of the chunk is fetched once (in sub-batches no larger than the expert source
-//! allows) and run over the positions that selected it; every position still sums its
-//! experts in its own selection order, so chunking never changes a bit.
+//! allows) and run over the positions that selected it; the experts of a sub-batch are
+//! computed together (one parallel job for all gate/up products, one for all down products:
+//! threads split rows of every expert, each output element still formed by one thread).
+//! Every position sums its experts in its own selection order, so neither chunking nor the
+//! batching changes a bit.
 
 use super::experts::ExpertSource;
 use super::ffn;
@@ -47,9 +50,11 @@ pub fn forward(
 ) -> Result<()> {
     let t = x.len() / d.h;
     let (e_n, kt, l, inter) = (d.e, d.kt, d.l, d.i);
-    // 1. router on the full width: independent sigmoids
+    // 1. router on the full width: independent sigmoids (with the latent down-projection of
+    //    step 4, which reads the same x, in one job)
     let mut r = vec![0f32; t * e_n];
-    ex.matmul(&m.router, x, &mut r);
+    let mut zl = vec![0f32; t * l];
+    ex.matmul_same_x(&[&m.router, &m.down_l], x, &mut [&mut r, &mut zl]);
     let mut s = vec![0f32; t * e_n];
     ex.sigmoid(&r, &mut s);
     // 2-3. selection from biased keys, weights from unbiased scores
@@ -66,9 +71,7 @@ pub fn forward(
     let requests: Vec<u32> = sel.iter().flat_map(|s| s.experts.iter().copied()).collect();
     experts.note_requests(layer, &requests)?;
 
-    // 4. latent down-projection
-    let mut zl = vec![0f32; t * l];
-    ex.matmul(&m.down_l, x, &mut zl);
+    // 4. latent down-projection: computed with the router above
 
     // 5. experts: each distinct expert once per chunk (first-request order), over the positions
     //    that selected it; outputs kept per (position, selection slot)
@@ -82,27 +85,54 @@ pub fn forward(
     let batch = experts.max_batch().max(1);
     for group in distinct.chunks(batch) {
         experts.with_experts(layer, group, &mut |views| {
-            for (ev, &e) in views.iter().zip(group) {
-                let users: Vec<(usize, usize)> = (0..t)
-                    .filter_map(|p| sel[p].experts.iter().position(|&x| x == e).map(|k| (p, k)))
-                    .collect();
-                let n = users.len();
-                let mut xe = vec![0f32; n * l];
-                for (j, &(p, _)) in users.iter().enumerate() {
-                    xe[j * l..(j + 1) * l].copy_from_slice(&zl[p * l..(p + 1) * l]);
+            // The (position, slot) pairs of each expert, and its inputs gathered [n_e, L],
+            // all experts of the group concatenated.
+            let users: Vec<Vec<(usize, usize)>> = group
+                .iter()
+                .map(|&e| {
+                    (0..t)
+                        .filter_map(|p| sel[p].experts.iter().position(|&x| x == e).map(|k| (p, k)))
+                        .collect()
+                })
+                .collect();
+            let total: usize = users.iter().map(Vec::len).sum();
+            let mut xe = vec![0f32; total * l];
+            for (j, &(p, _)) in users.iter().flatten().enumerate() {
+                xe[j * l..(j + 1) * l].copy_from_slice(&zl[p * l..(p + 1) * l]);
+            }
+            let counts: Vec<usize> = users.iter().map(Vec::len).collect();
+            let xs = pieces(&xe, &counts, l);
+            // Gate and up projections of every expert in one parallel job, then SiTU-GLU
+            // over all of them (element-wise), then every down projection in one job.
+            let mut a = vec![0f32; total * inter];
+            let mut b = vec![0f32; total * inter];
+            {
+                let mut ws = Vec::with_capacity(2 * views.len());
+                let mut xin = Vec::with_capacity(2 * views.len());
+                let mut ys = Vec::with_capacity(2 * views.len());
+                for ((ev, x), (ya, yb)) in views.iter().zip(&xs).zip(
+                    split_rows(&mut a, &counts, inter)
+                        .into_iter()
+                        .zip(split_rows(&mut b, &counts, inter)),
+                ) {
+                    ws.extend([ev.w1, ev.w3]);
+                    xin.extend([*x, *x]);
+                    ys.extend([ya, yb]);
                 }
-                let mut a = vec![0f32; n * inter];
-                let mut b = vec![0f32; n * inter];
-                ex.matmul_mxfp4(&ev.w1, &xe, &mut a);
-                ex.matmul_mxfp4(&ev.w3, &xe, &mut b);
-                let mut hh = vec![0f32; n * inter];
-                ex.situ_glu(&a, &b, d.beta1, d.beta2, &mut hh);
-                let mut ye = vec![0f32; n * l];
-                ex.matmul_mxfp4(&ev.w2, &hh, &mut ye);
-                for (j, &(p, k)) in users.iter().enumerate() {
-                    let dst = (p * kt + k) * l;
-                    y[dst..dst + l].copy_from_slice(&ye[j * l..(j + 1) * l]);
-                }
+                ex.matmul_mxfp4_many(&ws, &xin, &mut ys);
+            }
+            let mut hh = vec![0f32; total * inter];
+            ex.situ_glu(&a, &b, d.beta1, d.beta2, &mut hh);
+            let mut ye = vec![0f32; total * l];
+            {
+                let w2: Vec<_> = views.iter().map(|ev| ev.w2).collect();
+                let hs = pieces(&hh, &counts, inter);
+                let mut ys = split_rows(&mut ye, &counts, l);
+                ex.matmul_mxfp4_many(&w2, &hs, &mut ys);
+            }
+            for (j, &(p, k)) in users.iter().flatten().enumerate() {
+                let dst = (p * kt + k) * l;
+                y[dst..dst + l].copy_from_slice(&ye[j * l..(j + 1) * l]);
             }
             Ok(())
         })?;
@@ -133,4 +163,30 @@ pub fn forward(
         ex.add(out, &sh);
     }
     Ok(())
+}
+
+/// `v` cut into consecutive pieces of `counts[j] · width` values.
+fn pieces<'a>(v: &'a [f32], counts: &[usize], width: usize) -> Vec<&'a [f32]> {
+    let mut o = 0;
+    counts
+        .iter()
+        .map(|&n| {
+            let s = &v[o..o + n * width];
+            o += n * width;
+            s
+        })
+        .collect()
+}
+
+/// As [`pieces`], mutable.
+fn split_rows<'a>(v: &'a mut [f32], counts: &[usize], width: usize) -> Vec<&'a mut [f32]> {
+    let mut rest = v;
+    counts
+        .iter()
+        .map(|&n| {
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(n * width);
+            rest = tail;
+            head
+        })
+        .collect()
 }

@@ -2,8 +2,10 @@
 //! the trunk, the model tables and *all* routed experts of the bound MoE layers (loaded once
 //! before the first token) — so a decode step is pure compute over resident weights. Each
 //! step's weight bytes (trunk of the bound layers, lm_head, the distinct experts the step
-//! used, one embedding row) over its time is compared with the memory bandwidth measured in
-//! the same run, at the same thread count, before and after the model is held.
+//! used, one embedding row) over its time is compared with the memory bandwidth measured
+//! right before that step, at the same thread count (a streaming read of a buffer 16x the
+//! last-level cache, held for the whole run): on a shared machine the bandwidth available
+//! drifts by tens of percent within minutes, so each step gets its own reference.
 //!
 //! ```text
 //! cargo run --release -p k3-bench --bin decode -- <model_dir> [--layers N] [--ids a,b,..]
@@ -19,7 +21,7 @@ use k3::config::Config;
 use k3::model::experts::{ExpertSource, ExpertStats, ExpertView};
 use k3::model::state::DecodeState;
 use k3::model::{self, Dims, Exec, LogitRows};
-use k3_bench::membw::{self, MemBw};
+use k3_bench::membw;
 use k3_kernels::{Fnv1a64, Isa, Kernels};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -44,7 +46,7 @@ fn parse_args() -> Result<Opts, String> {
         gen: 6,
         threads: 2,
         isa: None,
-        membw_reps: 5,
+        membw_reps: 3,
         out: None,
     };
     let mut dir = None;
@@ -172,12 +174,6 @@ fn loadavg() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-fn bw(threads: usize, reps: usize) -> MemBw {
-    let llc = membw::llc_bytes().unwrap_or(32 << 20);
-    let buf = membw::buffer(16 * llc);
-    membw::measure(&buf, threads, reps)
-}
-
 fn main() {
     let o = match parse_args() {
         Ok(o) => o,
@@ -194,7 +190,9 @@ fn main() {
 
 fn run(o: &Opts) -> k3::Result<()> {
     let load_before = loadavg();
-    let bw0 = bw(o.threads, o.membw_reps);
+    let llc = membw::llc_bytes().unwrap_or(32 << 20);
+    let bwbuf = membw::buffer(16 * llc);
+    let bw0 = membw::measure(&bwbuf, o.threads, o.membw_reps);
     eprintln!(
         "membw before: {:.2} GB/s best, {:.2} median ({} threads)",
         bw0.best_bytes_per_s / 1e9,
@@ -242,7 +240,8 @@ fn run(o: &Opts) -> k3::Result<()> {
     let prefill = t0.elapsed().as_secs_f64();
     experts.take_used();
     eprintln!("prefill: {} positions, {prefill:.3} s", o.ids.len());
-    let mut steps: Vec<(f64, usize)> = Vec::new();
+    // (seconds, weight bytes, memory bandwidth measured right before, bytes/s)
+    let mut steps: Vec<(f64, usize, f64)> = Vec::new();
     let mut generated = Vec::new();
     for step in 0..o.gen {
         let tok = k3_kernels::argmax(&logits).expect("finite logits") as u32;
@@ -251,6 +250,7 @@ fn run(o: &Opts) -> k3::Result<()> {
         if step + 1 == o.gen {
             break;
         }
+        let bw_step = membw::measure(&bwbuf, o.threads, o.membw_reps).best_bytes_per_s;
         let t = Instant::now();
         logits = m.forward(
             &ex,
@@ -264,17 +264,19 @@ fn run(o: &Opts) -> k3::Result<()> {
         let n_exp = experts.take_used();
         let bytes = trunk_bytes + head_bytes + n_exp * xb + d.h * 2;
         eprintln!(
-            "step {}: {s:.4} s, {n_exp} experts, {:.3} GB, {:.2} GB/s",
+            "step {}: {s:.4} s, {n_exp} experts, {:.3} GB, {:.2} GB/s = {:.1}% of {:.2} GB/s measured before it",
             step + 1,
             bytes as f64 / 1e9,
-            bytes as f64 / s / 1e9
+            bytes as f64 / s / 1e9,
+            100.0 * bytes as f64 / s / bw_step,
+            bw_step / 1e9
         );
-        steps.push((s, bytes));
+        steps.push((s, bytes, bw_step));
     }
     drop(m);
     drop(trunk);
     drop(experts);
-    let bw1 = bw(o.threads, o.membw_reps);
+    let bw1 = membw::measure(&bwbuf, o.threads, o.membw_reps);
     let load_after = loadavg();
     let hash = hash.finish();
     eprintln!(
@@ -285,7 +287,8 @@ fn run(o: &Opts) -> k3::Result<()> {
 
     let mut secs: Vec<f64> = steps.iter().map(|s| s.0).collect();
     secs.sort_by(|a, b| a.total_cmp(b));
-    let membw_best = bw0.best_bytes_per_s.max(bw1.best_bytes_per_s);
+    let mut ratios: Vec<f64> = steps.iter().map(|s| s.1 as f64 / s.0 / s.2).collect();
+    ratios.sort_by(|a, b| a.total_cmp(b));
     let mut s = String::new();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let _ = writeln!(
@@ -305,12 +308,12 @@ fn run(o: &Opts) -> k3::Result<()> {
     );
     let _ = writeln!(
         s,
-        "# membw (streaming read, {} threads): before {:.3} GB/s best ({:.3} median), after {:.3} best ({:.3} median)",
+        "# membw (streaming read of {} bytes, {} threads, best of {}): before loading {:.3} GB/s, after the run {:.3}; each step row has the figure measured right before it",
+        bwbuf.len() * 8,
         o.threads,
+        o.membw_reps,
         bw0.best_bytes_per_s / 1e9,
-        bw0.median_bytes_per_s / 1e9,
         bw1.best_bytes_per_s / 1e9,
-        bw1.median_bytes_per_s / 1e9
     );
     let _ = writeln!(
         s,
@@ -322,31 +325,29 @@ fn run(o: &Opts) -> k3::Result<()> {
         s,
         "kind\tstep\tseconds\tweight_bytes\tGBps\tmembw_GBps\tratio"
     );
-    for (i, (t, b)) in steps.iter().enumerate() {
+    for (i, (t, b, bw)) in steps.iter().enumerate() {
         let _ = writeln!(
             s,
             "step\t{}\t{t:.4}\t{b}\t{:.3}\t{:.3}\t{:.3}",
             i + 1,
             *b as f64 / t / 1e9,
-            membw_best / 1e9,
-            *b as f64 / t / membw_best
+            bw / 1e9,
+            *b as f64 / t / bw
         );
     }
     if !secs.is_empty() {
         let med = secs[secs.len() / 2];
+        let ratio = ratios[ratios.len() / 2];
         let bytes = steps.iter().map(|s| s.1).sum::<usize>() as f64 / steps.len() as f64;
         let _ = writeln!(
             s,
-            "median\t-\t{med:.4}\t{bytes:.0}\t{:.3}\t{:.3}\t{:.3}",
+            "median\t-\t{med:.4}\t{bytes:.0}\t{:.3}\t-\t{ratio:.3}",
             bytes / med / 1e9,
-            membw_best / 1e9,
-            bytes / med / membw_best
         );
         eprintln!(
-            "median step {med:.4} s/token: {:.2} GB/s of weights = {:.1}% of {:.2} GB/s memory bandwidth",
+            "median step {med:.4} s/token: {:.2} GB/s of weights; median ratio to the memory bandwidth measured before each step {:.1}%",
             bytes / med / 1e9,
-            100.0 * bytes / med / membw_best,
-            membw_best / 1e9
+            100.0 * ratio
         );
     }
     let path = o.out.clone().unwrap_or_else(|| {

@@ -1,7 +1,9 @@
 //! Kernel benchmarks: BF16 matrix-vector products at 7168 x 12288 and 12288 x 7168 (both
 //! larger than the last-level cache), MXFP4 expert products 3584 -> 3072 and 3072 -> 3584
-//! cycling through 16 experts (so the set exceeds the cache, like decode), and a BF16 prefill
-//! product over 16 positions, per ISA path and thread count. Each figure is weight bytes per
+//! cycling through 16 experts (so the set exceeds the cache, like decode), one MoE layer's
+//! 16 routed experts as the model runs them (gate and up of all experts in one job, down in
+//! another: `matmul_mxfp4_many`), BF16 prefill products over 16 and 64 positions and an
+//! MXFP4 prefill product over 16 positions, per ISA path and thread count. Each figure is weight bytes per
 //! second and its ratio to the memory bandwidth measured in the same run (a streaming read of
 //! a buffer 16x the last-level cache).
 //!
@@ -99,6 +101,8 @@ struct Row {
     cols: usize,
     t: usize,
     bytes: usize,
+    /// Multiply-adds per repetition.
+    macs: usize,
     best: f64,
     median: f64,
 }
@@ -223,6 +227,7 @@ fn main() {
                     cols: n,
                     t: 1,
                     bytes: m * n * 2,
+                    macs: m * n,
                     best,
                     median,
                 });
@@ -269,6 +274,7 @@ fn main() {
                     cols: n,
                     t: 1,
                     bytes: EXPERTS * (m * n / 2 + m * n / 32),
+                    macs: EXPERTS * m * n,
                     best,
                     median,
                 });
@@ -276,32 +282,143 @@ fn main() {
         }
     }
 
-    // 4. Prefill: one BF16 matrix over 16 positions (each weight read once per chunk).
-    let (m, n, t_pos) = (12288usize, 7168usize, 16usize);
-    eprintln!("bf16_prefill {m} x {n}, T = {t_pos}");
+    // 3b. One MoE layer's routed experts as the model computes them: the gate and up products
+    //     of all 16 experts in one job, then the 16 down products in another.
+    {
+        let (inter, lat) = (3072usize, 3584usize);
+        eprintln!("mxfp4_moe_layer: {EXPERTS} experts x (gate, up {lat} -> {inter}; down {inter} -> {lat})");
+        let mut r = Rng(7);
+        let mut gen = |rows: usize, cols: usize| -> (Vec<u8>, Vec<u8>) {
+            (
+                (0..rows * cols / 2).map(|_| r.next() as u8).collect(),
+                (0..rows * cols / 32)
+                    .map(|_| 115 + (r.next() % 13) as u8)
+                    .collect(),
+            )
+        };
+        let up: Vec<(Vec<u8>, Vec<u8>)> = (0..2 * EXPERTS).map(|_| gen(inter, lat)).collect();
+        let down: Vec<(Vec<u8>, Vec<u8>)> = (0..EXPERTS).map(|_| gen(lat, inter)).collect();
+        let w13: Vec<Mxfp4> = up
+            .iter()
+            .map(|(p, s)| Mxfp4::new(p, s, inter, lat).expect("valid MXFP4"))
+            .collect();
+        let w2: Vec<Mxfp4> = down
+            .iter()
+            .map(|(p, s)| Mxfp4::new(p, s, lat, inter).expect("valid MXFP4"))
+            .collect();
+        let x = vector(lat, 8);
+        let h: Vec<Vec<f32>> = (0..EXPERTS).map(|e| vector(inter, 9 + e as u64)).collect();
+        let mut a = vec![0.0f32; 2 * EXPERTS * inter];
+        let mut y = vec![0.0f32; EXPERTS * lat];
+        let bytes = 3 * EXPERTS * (inter * lat / 2 + inter * lat / 32);
+        for &isa in &paths {
+            for &t in &thread_counts {
+                let k = Kernels::new(isa, t).expect("available path");
+                let (best, median) = time(opts.reps, || {
+                    let xs = vec![&x[..]; 2 * EXPERTS];
+                    let mut ys: Vec<&mut [f32]> = a.chunks_mut(inter).collect();
+                    k.matmul_mxfp4_many(&w13, &xs, &mut ys);
+                    let hs: Vec<&[f32]> = h.iter().map(|v| &v[..]).collect();
+                    let mut ys: Vec<&mut [f32]> = y.chunks_mut(lat).collect();
+                    k.matmul_mxfp4_many(&w2, &hs, &mut ys);
+                });
+                report(Row {
+                    op: "mxfp4_moe_layer".into(),
+                    isa,
+                    threads: t,
+                    rows: inter,
+                    cols: lat,
+                    t: 1,
+                    bytes,
+                    macs: 3 * EXPERTS * inter * lat,
+                    best,
+                    median,
+                });
+            }
+        }
+    }
+
+    // 4. Prefill: one BF16 matrix over 16 and 64 positions (each weight read once per chunk),
+    //    and MXFP4 expert matrices over 16 positions (cycling through the experts).
+    let (m, n) = (12288usize, 7168usize);
     let w = bf16_matrix(m, n, 5);
-    let x = vector(t_pos * n, 6);
-    let mut y = vec![0.0f32; t_pos * m];
-    for &isa in &paths {
-        for &t in &thread_counts {
-            let k = Kernels::new(isa, t).expect("available path");
-            let reps = if isa == Isa::Scalar {
-                2
-            } else {
-                opts.reps.min(3)
-            };
-            let (best, median) = time(reps, || k.matmul_bf16(&w, m, n, &x, &mut y));
-            report(Row {
-                op: "bf16_prefill".into(),
-                isa,
-                threads: t,
-                rows: m,
-                cols: n,
-                t: t_pos,
-                bytes: m * n * 2,
-                best,
-                median,
-            });
+    for t_pos in [16usize, 64] {
+        eprintln!("bf16_prefill {m} x {n}, T = {t_pos}");
+        let x = vector(t_pos * n, 6);
+        let mut y = vec![0.0f32; t_pos * m];
+        for &isa in &paths {
+            for &t in &thread_counts {
+                let k = Kernels::new(isa, t).expect("available path");
+                let reps = if isa == Isa::Scalar {
+                    2
+                } else {
+                    opts.reps.min(3)
+                };
+                let (best, median) = time(reps, || k.matmul_bf16(&w, m, n, &x, &mut y));
+                report(Row {
+                    op: if t_pos == 16 {
+                        "bf16_prefill".into()
+                    } else {
+                        format!("bf16_prefill_t{t_pos}")
+                    },
+                    isa,
+                    threads: t,
+                    rows: m,
+                    cols: n,
+                    t: t_pos,
+                    bytes: m * n * 2,
+                    macs: m * n * t_pos,
+                    best,
+                    median,
+                });
+            }
+        }
+    }
+    {
+        let (m, n, t_pos) = (3072usize, 3584usize, 16usize);
+        eprintln!("mxfp4_prefill {n} -> {m}, T = {t_pos}, {EXPERTS} experts");
+        let mut r = Rng(10);
+        let packed: Vec<Vec<u8>> = (0..EXPERTS)
+            .map(|_| (0..m * n / 2).map(|_| r.next() as u8).collect())
+            .collect();
+        let scales: Vec<Vec<u8>> = (0..EXPERTS)
+            .map(|_| {
+                (0..m * n / 32)
+                    .map(|_| 115 + (r.next() % 13) as u8)
+                    .collect()
+            })
+            .collect();
+        let mats: Vec<Mxfp4> = (0..EXPERTS)
+            .map(|e| Mxfp4::new(&packed[e], &scales[e], m, n).expect("valid MXFP4"))
+            .collect();
+        let x = vector(t_pos * n, 11);
+        let mut y = vec![0.0f32; t_pos * m];
+        for &isa in &paths {
+            for &t in &thread_counts {
+                let k = Kernels::new(isa, t).expect("available path");
+                let reps = if isa == Isa::Scalar {
+                    1
+                } else {
+                    opts.reps.min(3)
+                };
+                let (best, median) = time(reps, || {
+                    for w in &mats {
+                        k.matmul_mxfp4(w, &x, &mut y);
+                    }
+                });
+                report(Row {
+                    op: "mxfp4_prefill".into(),
+                    isa,
+                    threads: t,
+                    rows: m,
+                    cols: n,
+                    t: t_pos,
+                    bytes: EXPERTS * (m * n / 2 + m * n / 32),
+                    macs: EXPERTS * m * n * t_pos,
+                    best,
+                    median,
+                });
+            }
         }
     }
 
@@ -352,12 +469,7 @@ fn main() {
     }
     for r in &rows {
         let same = bw.iter().find(|m| m.threads == r.threads).unwrap();
-        let macs = (r.rows * r.cols * r.t) as f64
-            * if r.op.starts_with("mxfp4") {
-                EXPERTS as f64
-            } else {
-                1.0
-            };
+        let macs = r.macs as f64;
         writeln!(
             s,
             "kernel\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{:.6}\t{:.6}\t{:.3}\t{:.3}\t{:.4e}\t{:.3}\t{:.3}\t{:.3}\t{:.3}",

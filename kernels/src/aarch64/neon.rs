@@ -278,6 +278,7 @@ unsafe fn dot2_bf16_x64(w0: &[u16], w1: &[u16], x: &[f64]) -> (f64, f64) {
 /// Rows in pairs sharing x.
 #[target_feature(enable = "neon")]
 pub(crate) unsafe fn matvec_bf16(w: &[u16], cols: usize, x64: &[f64], out: &mut [f32]) {
+    let x64 = &x64[..cols];
     let nr = w.len() / cols;
     let mut r = 0;
     while r + 2 <= nr {
@@ -451,10 +452,15 @@ unsafe fn dot_mxfp4_row_x64(packed: &[u8], scales: &[u8], x: &[f64]) -> f64 {
     reduce16(&acc_lanes(&acc))
 }
 
-/// x widened to f64 for [`matvec_mxfp4`] (column order).
+/// Appends x widened to f64 for [`matvec_bf16`] (column order).
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn prep_x_bf16(x: &[f32], out: &mut Vec<f64>) {
+    out.extend(x.iter().map(|&v| v as f64));
+}
+
+/// Appends x widened to f64 for [`matvec_mxfp4`] (column order).
 #[target_feature(enable = "neon")]
 pub(crate) unsafe fn prep_x_mxfp4(x: &[f32], out: &mut Vec<f64>) {
-    out.clear();
     out.extend(x.iter().map(|&v| v as f64));
 }
 

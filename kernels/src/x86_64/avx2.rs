@@ -1,7 +1,13 @@
 //! The AVX2 path. `dot` keeps its 16 f64 accumulators in four 4×f64 registers, register r
-//! lane j = acc\[4r + j\] (MODEL.md §5.2), and ends with the scalar reduction tree. Compiled
-//! with `avx2` only (never `fma`), so the compiler cannot emit fused multiply-adds; a test
-//! checks the disassembly.
+//! lane j = acc\[4r + j\] (MODEL.md §5.2), and ends with the scalar reduction tree. The MXFP4
+//! products hold the same 16 accumulators in another fixed order (`MX_PERM`, which their
+//! decode produces) and restore the canonical order before the tree: every accumulator still
+//! receives the same exact products in the same order, so the bits are those of §5.2.
+//! Compiled with `avx2` only (never `fma`), so the compiler cannot emit fused multiply-adds;
+//! a test checks the disassembly.
+//!
+//! Matrix-vector products (decode) take x widened once per call; products over several
+//! positions (prefill) are tiled over the inner dimension (see `matmul_tiled`).
 //!
 //! Every function is `unsafe`: callers guarantee the CPU supports AVX2 (`Kernels` checks).
 
@@ -238,6 +244,105 @@ unsafe fn dot2_bf16(w0: &[u16], w1: &[u16], x: &[f64]) -> (f64, f64) {
     (reduce16(&la), reduce16(&lb))
 }
 
+/// 2^896 and 2^−896 (f64): a BF16 value w has the f64 pattern of w × 2^−896 in a few integer
+/// operations (see [`dot2_bf16_int`]), and x × 2^896 restores the product.
+const SCALE_UP: f64 = f64::from_bits((1023 + 896) << 52);
+
+/// [`dot2_bf16`] without float conversions of the weights, for rows with no exponent-255
+/// (infinite or NaN) weight; the third result says whether such a weight was seen (then the
+/// caller recomputes the pair with [`dot2_bf16`]).
+///
+/// Why it is exact: for a finite BF16 pattern b (sign s, exponent e, mantissa m) the 64-bit
+/// word with s at bit 63, e at bits 52–59 and m at bits 45–51 is the f64 w × 2^−896 exactly —
+/// for e ≥ 1 the exponent field e means 2^(e − 1023) = 2^(e − 127) × 2^−896 with the same
+/// mantissa; for e = 0 (zero and subnormals) it is the f64 subnormal m × 2^−1029 =
+/// (m × 2^−133) × 2^−896; ±0 stay ±0. `xs` holds x × 2^896 (exact: |x| < 2^128 gives at most
+/// 2^1024 − 2^999, still finite; the smallest subnormal 2^−149 becomes 2^747). The product
+/// (w × 2^−896) × (x × 2^896) is then w·x rounded once, and w·x has at most 8 + 24
+/// significant bits within the f64 normal range, so it is exact: the same bits as
+/// (f64)w × (f64)x, including the sign of zero, ±inf and NaN (with x's payload) for
+/// non-finite x. Only e = 255 breaks the construction; it is detected, never computed.
+///
+/// The words are built from each dword (two weights): odd column = (v >>arith 3) & M, even
+/// column = ((v << 16) >>arith 3) & M with M = 0x8FFF_E000 (sign kept at bit 31, its copies
+/// at bits 28–30 cleared), then interleaved with zero low words — which leaves the columns
+/// in `MX_PERM` order, as for MXFP4. `xs` is x × 2^896 in that order (whole 16-column
+/// blocks); the tail columns use `x64` (canonical, unscaled) with the plain formula.
+#[inline(always)]
+unsafe fn dot2_bf16_int(w0: &[u16], w1: &[u16], xs: &[f64], x64: &[f64]) -> (f64, f64, bool) {
+    let n = x64.len();
+    let (p0, p1, px) = (w0.as_ptr(), w1.as_ptr(), xs.as_ptr());
+    let m = _mm256_set1_epi32(0x8FFF_E000u32 as i32);
+    let z = _mm256_setzero_si256();
+    let mut a = acc_zero();
+    let mut b = acc_zero();
+    // Max over (weight << 1) as u16: ≥ 0xFF00 exactly when some exponent is 255.
+    let mut mx = _mm256_setzero_si256();
+    let mut i = 0;
+    while i + DOT_LANES <= n {
+        let ahead = i + PREFETCH + if i + PREFETCH >= n { n } else { 0 };
+        _mm_prefetch::<_MM_HINT_T0>(p0.wrapping_add(ahead) as *const i8);
+        _mm_prefetch::<_MM_HINT_T0>(p1.wrapping_add(ahead) as *const i8);
+        let v0 = _mm256_loadu_si256(p0.add(i) as *const __m256i);
+        let v1 = _mm256_loadu_si256(p1.add(i) as *const __m256i);
+        mx = _mm256_max_epu16(
+            mx,
+            _mm256_max_epu16(_mm256_add_epi16(v0, v0), _mm256_add_epi16(v1, v1)),
+        );
+        let x0 = _mm256_loadu_pd(px.add(i));
+        let x1 = _mm256_loadu_pd(px.add(i + 4));
+        let x2 = _mm256_loadu_pd(px.add(i + 8));
+        let x3 = _mm256_loadu_pd(px.add(i + 12));
+        let ho = _mm256_and_si256(_mm256_srai_epi32::<3>(v0), m);
+        let he = _mm256_and_si256(_mm256_srai_epi32::<3>(_mm256_slli_epi32::<16>(v0)), m);
+        a[0] = _mm256_add_pd(
+            a[0],
+            _mm256_mul_pd(_mm256_castsi256_pd(_mm256_unpacklo_epi32(z, he)), x0),
+        );
+        a[1] = _mm256_add_pd(
+            a[1],
+            _mm256_mul_pd(_mm256_castsi256_pd(_mm256_unpackhi_epi32(z, he)), x1),
+        );
+        a[2] = _mm256_add_pd(
+            a[2],
+            _mm256_mul_pd(_mm256_castsi256_pd(_mm256_unpacklo_epi32(z, ho)), x2),
+        );
+        a[3] = _mm256_add_pd(
+            a[3],
+            _mm256_mul_pd(_mm256_castsi256_pd(_mm256_unpackhi_epi32(z, ho)), x3),
+        );
+        let ho = _mm256_and_si256(_mm256_srai_epi32::<3>(v1), m);
+        let he = _mm256_and_si256(_mm256_srai_epi32::<3>(_mm256_slli_epi32::<16>(v1)), m);
+        b[0] = _mm256_add_pd(
+            b[0],
+            _mm256_mul_pd(_mm256_castsi256_pd(_mm256_unpacklo_epi32(z, he)), x0),
+        );
+        b[1] = _mm256_add_pd(
+            b[1],
+            _mm256_mul_pd(_mm256_castsi256_pd(_mm256_unpackhi_epi32(z, he)), x1),
+        );
+        b[2] = _mm256_add_pd(
+            b[2],
+            _mm256_mul_pd(_mm256_castsi256_pd(_mm256_unpacklo_epi32(z, ho)), x2),
+        );
+        b[3] = _mm256_add_pd(
+            b[3],
+            _mm256_mul_pd(_mm256_castsi256_pd(_mm256_unpackhi_epi32(z, ho)), x3),
+        );
+        i += DOT_LANES;
+    }
+    let top = _mm256_set1_epi16(0xFF00u16 as i16);
+    let special = _mm256_movemask_epi8(_mm256_cmpeq_epi16(_mm256_max_epu16(mx, top), mx)) != 0;
+    let mut la = mx_lanes(&a);
+    let mut lb = mx_lanes(&b);
+    for j in 0..n - i {
+        let xv = x64[i + j];
+        la[j] += bf16_to_f32(w0[i + j]) as f64 * xv;
+        lb[j] += bf16_to_f32(w1[i + j]) as f64 * xv;
+    }
+    (reduce16(&la), reduce16(&lb), special)
+}
+
 /// `dot` of one BF16 row with x given widened to f64.
 #[inline(always)]
 unsafe fn dot_bf16_x64(w: &[u16], x: &[f64]) -> f64 {
@@ -271,18 +376,34 @@ pub(crate) unsafe fn dot_bf16(w: &[u16], x: &[f32]) -> f64 {
     dot_bf16_impl(w, x)
 }
 
-/// Matrix-vector block (T = 1): w \[nr, cols\] BF16, `x64` = x widened exactly to f64 (in
-/// column order, done once per call by the caller) → out \[nr\]. Rows in pairs sharing x.
+/// Appends x prepared for [`matvec_bf16`]: x widened to f64 (cols values, column order),
+/// then x × 2^896 in `MX_PERM` order for the whole 16-column blocks.
 #[target_feature(enable = "avx2")]
-pub(crate) unsafe fn matvec_bf16(w: &[u16], cols: usize, x64: &[f64], out: &mut [f32]) {
+pub(crate) unsafe fn prep_x_bf16(x: &[f32], out: &mut Vec<f64>) {
+    out.reserve(2 * x.len());
+    out.extend(x.iter().map(|&v| v as f64));
+    for b in x.chunks_exact(DOT_LANES) {
+        out.extend(MX_PERM.iter().map(|&c| b[c] as f64 * SCALE_UP));
+    }
+}
+
+/// Matrix-vector block (T = 1): w \[nr, cols\] BF16, `xp` = x prepared by [`prep_x_bf16`]
+/// (once per call, by the caller) → out \[nr\]. Rows in pairs sharing x; a pair holding an
+/// infinite or NaN weight is recomputed with float conversions.
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn matvec_bf16(w: &[u16], cols: usize, xp: &[f64], out: &mut [f32]) {
     let nr = w.len() / cols;
+    let (x64, xs) = xp.split_at(cols);
     let mut r = 0;
     while r + 2 <= nr {
-        let (a, b) = dot2_bf16(
+        let (w0, w1) = (
             &w[r * cols..(r + 1) * cols],
             &w[(r + 1) * cols..(r + 2) * cols],
-            x64,
         );
+        let (mut a, mut b, special) = dot2_bf16_int(w0, w1, xs, x64);
+        if special {
+            (a, b) = dot2_bf16(w0, w1, x64);
+        }
         out[r] = a as f32;
         out[r + 1] = b as f32;
         r += 2;
@@ -359,11 +480,10 @@ unsafe fn mx_lanes(a: &Acc) -> [f64; DOT_LANES] {
     c
 }
 
-/// x \[T, cols\] (cols a multiple of 32) widened to f64 with every 16 columns in `MX_PERM`
-/// order, as [`matvec_mxfp4`] and the MXFP4 products expect.
+/// Appends x \[T, cols\] (cols a multiple of 32) widened to f64 with every 16 columns in
+/// `MX_PERM` order, as [`matvec_mxfp4`] expects.
 #[target_feature(enable = "avx2")]
 pub(crate) unsafe fn prep_x_mxfp4(x: &[f32], out: &mut Vec<f64>) {
-    out.clear();
     out.reserve(x.len());
     for b in x.chunks_exact(DOT_LANES) {
         out.extend(MX_PERM.iter().map(|&c| b[c] as f64));
