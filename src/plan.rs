@@ -342,9 +342,15 @@ impl TrunkChoice {
     }
 }
 
-/// Compact list of layer indices: `0, 3-5, 9`.
+/// Compact list of layer indices: `0, 3-5, 9` (`none` when empty).
 pub fn layer_list(ls: impl IntoIterator<Item = usize>) -> String {
     let v: Vec<usize> = ls.into_iter().collect();
+    index_ranges(&v, "-", ", ")
+}
+
+/// Runs of consecutive indices of an ascending list, each `a{dash}b` (or `a` alone), joined by
+/// `sep`; `none` when empty.
+pub fn index_ranges(v: &[usize], dash: &str, sep: &str) -> String {
     let mut out = Vec::new();
     let mut i = 0;
     while i < v.len() {
@@ -353,7 +359,7 @@ pub fn layer_list(ls: impl IntoIterator<Item = usize>) -> String {
             j += 1;
         }
         out.push(if j > i {
-            format!("{}-{}", v[i], v[j])
+            format!("{}{dash}{}", v[i], v[j])
         } else {
             v[i].to_string()
         });
@@ -362,7 +368,7 @@ pub fn layer_list(ls: impl IntoIterator<Item = usize>) -> String {
     if out.is_empty() {
         "none".into()
     } else {
-        out.join(", ")
+        out.join(sep)
     }
 }
 

@@ -83,26 +83,9 @@ struct Report<'a> {
     weights_tag: u64,
 }
 
+/// `0..2,5` style index runs (the inspect line's format).
 fn ranges(v: &[usize]) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < v.len() {
-        let mut j = i;
-        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
-            j += 1;
-        }
-        out.push(if j > i {
-            format!("{}..{}", v[i], v[j])
-        } else {
-            v[i].to_string()
-        });
-        i = j + 1;
-    }
-    if out.is_empty() {
-        "none".into()
-    } else {
-        out.join(",")
-    }
+    crate::plan::index_ranges(v, "..", ",")
 }
 
 fn join(v: &[usize]) -> String {
