@@ -350,16 +350,21 @@ impl RunReport {
         )
     }
 
-    /// Writes the JSON to `path` via `<path>.tmp` and a rename (never a half-written report).
-    pub fn write_json(&self, path: &Path) -> Result<()> {
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(".tmp");
-        let tmp = std::path::PathBuf::from(tmp);
+    /// The JSON report text (FORMATS.md §10), pretty-printed, ending in a newline.
+    pub fn json_text(&self) -> String {
         let mut text = self.to_json().to_json_pretty();
         text.push('\n');
-        std::fs::write(&tmp, text)
-            .and_then(|_| std::fs::rename(&tmp, path))
-            .map_err(|e| Error::io(format!("{}: cannot write the report: {e}", path.display())))
+        text
+    }
+
+    /// Writes the JSON to `path` via `<path>.tmp` and a rename (never a half-written report).
+    ///
+    /// Errors: exit 2 if `path` cannot be an output file, exit 3 on a full disk, else exit 4
+    /// ([`crate::io::out`]).
+    pub fn write_json(&self, path: &Path) -> Result<()> {
+        let mut f = crate::io::OutFile::create("--out", path, "the report")?;
+        f.write_all(self.json_text().as_bytes())?;
+        f.commit()
     }
 
     /// The per-step line (ENGINE.md §6).

@@ -86,6 +86,29 @@ impl Args {
         Ok(out)
     }
 
+    /// [`parse`](Args::parse) for a subcommand with usage text: `--help` (accepted whether or
+    /// not `specs` lists it) prints `usage` on standard output and returns `None` (exit 0).
+    /// A `--help` among otherwise bad flags still helps; a `--help` that is the value of a
+    /// flag (`--text --help`) is that value.
+    pub fn parse_or_help(argv: &[OsString], specs: &[Spec], usage: &str) -> Result<Option<Args>> {
+        let mut with_help = specs.to_vec();
+        if !specs.iter().any(|s| s.name() == "help") {
+            with_help.push(Spec::Switch("help"));
+        }
+        match Args::parse(argv, &with_help) {
+            Ok(a) if a.switch("help") => {
+                print!("{usage}");
+                Ok(None)
+            }
+            Ok(a) => Ok(Some(a)),
+            Err(_) if argv.iter().any(|a| a == "--help") => {
+                print!("{usage}");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// True if the switch `--name` was given.
     pub fn switch(&self, name: &str) -> bool {
         self.flags.iter().any(|(n, _)| *n == name)

@@ -19,9 +19,19 @@ use std::path::PathBuf;
 
 const SPECS: [Spec; 1] = [Spec::Switch("json")];
 
+const USAGE: &str = "\
+usage: k3 inspect <model_dir> [--json]
+  Prints the config summary, the layer map, the AttnRes boundaries, the tensor census and the
+  byte ledger of a model directory; exit 0 when the config, every shard header and the census
+  are valid, exit 2 otherwise.
+  --json   the same as one JSON document on standard output
+";
+
 /// Runs `k3 inspect` with the arguments after the subcommand name.
 pub fn run(argv: &[OsString]) -> Result<()> {
-    let args = Args::parse(argv, &SPECS)?;
+    let Some(args) = Args::parse_or_help(argv, &SPECS, USAGE)? else {
+        return Ok(());
+    };
     let dir = match args.positional.as_slice() {
         [d] => PathBuf::from(d),
         [] => {

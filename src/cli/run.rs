@@ -9,6 +9,7 @@ use crate::census::Census;
 use crate::checkpoint::TensorIndex;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::io::OutFile;
 use crate::model::experts::{ExpertSource, ExpertStats};
 use crate::model::state::DecodeState;
 use crate::model::{self, mla::MLA_FORM, Dims, Exec, LogitRows};
@@ -108,8 +109,10 @@ struct Request {
     threads: Option<usize>,
     isa: Option<String>,
     layers: Option<usize>,
-    out: Option<PathBuf>,
-    dump_logits: Option<PathBuf>,
+    /// `--out`, opened (as its temporary) before any work; written when the run ends.
+    out: Option<OutFile>,
+    /// `--dump-logits`, opened before any work.
+    dump_logits: Option<OutFile>,
     quiet: bool,
     no_progress: bool,
     trace_dir: Option<PathBuf>,
@@ -250,28 +253,37 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
     if layers == Some(0) {
         return Err(Error::invalid("flag `--layers`: must be at least 1"));
     }
-    // Output files go where the user said; a missing directory is a usage error now rather
-    // than an I/O failure after the run.
-    for flag in ["out", "dump-logits"] {
-        if let Some(p) = a.value_os(flag).map(PathBuf::from) {
-            let parent = p.parent().filter(|d| !d.as_os_str().is_empty());
-            if let Some(d) = parent {
-                if !d.is_dir() {
-                    return Err(Error::invalid(format!(
-                        "flag `--{flag}`: directory {} does not exist",
-                        d.display()
-                    )));
-                }
-            }
+    // Output files go where the user said: every output path is checked (and its temporary
+    // created) now, so that a bad path is a usage error before the run, not an I/O failure
+    // after it (ENGINE.md §3).
+    let out_path = a.value_os("out").map(PathBuf::from);
+    let dump_path = a.value_os("dump-logits").map(PathBuf::from);
+    if let (Some(o), Some(d)) = (&out_path, &dump_path) {
+        if o == d {
+            return Err(Error::invalid(format!(
+                "flags `--out` and `--dump-logits` name the same file {}",
+                o.display()
+            )));
         }
     }
-    let (full_recompute, out, dump_logits, quiet, isa) = (
-        a.switch("full-recompute"),
-        a.value_os("out").map(PathBuf::from),
-        a.value_os("dump-logits").map(PathBuf::from),
-        a.switch("quiet"),
-        a.value("isa")?,
-    );
+    let trace_dir = a.value_os("dump-cache-trace").map(PathBuf::from);
+    if let Some(t) = &trace_dir {
+        if t.exists() && !t.is_dir() {
+            return Err(Error::invalid(format!(
+                "flag `--dump-cache-trace {}`: not a directory; give a directory for expert_trace.bin and expert_hist.json",
+                t.display()
+            )));
+        }
+    }
+    let out = match &out_path {
+        Some(p) => Some(OutFile::create("--out", p, "the report")?),
+        None => None,
+    };
+    let dump_logits = match &dump_path {
+        Some(p) => Some(OutFile::create("--dump-logits", p, "the logits dump")?),
+        None => None,
+    };
+    let (full_recompute, quiet, isa) = (a.switch("full-recompute"), a.switch("quiet"), a.value("isa")?);
     Ok(Some(Request {
         config: a
             .value_os("config")
@@ -289,7 +301,7 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
         dump_logits,
         quiet,
         no_progress: a.switch("no-progress"),
-        trace_dir: a.value_os("dump-cache-trace").map(PathBuf::from),
+        trace_dir,
         budget,
         trunk_dir,
         policy,
@@ -300,10 +312,12 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
 /// Runs the command; the report (and `--out`) is produced also when the run fails.
 pub fn run(argv: &[OsString]) -> Result<()> {
     let wall = Instant::now();
-    let req = match parse_request(argv)? {
+    let mut req = match parse_request(argv)? {
         Some(r) => r,
         None => return Ok(()),
     };
+    let out = req.out.take();
+    let dump = req.dump_logits.take();
     let mut rep = RunReport {
         model_dir: req.model_dir.display().to_string(),
         mla_form: MLA_FORM.to_string(),
@@ -316,7 +330,7 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         stop_reason: "error".to_string(),
         ..RunReport::default()
     };
-    let res = execute(&req, &mut rep, wall);
+    let res = execute(&req, dump, &mut rep, wall);
     rep.timing.wall_seconds = wall.elapsed().as_secs_f64();
     rep.peak_rss_bytes = crate::io::sys::peak_rss_bytes().unwrap_or(0);
     if let Err(e) = &res {
@@ -325,9 +339,11 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     } else if !req.quiet {
         eprintln!("{}", rep.summary_lines());
     }
-    if let Some(out) = &req.out {
+    if let Some(mut out) = out {
         // A failed report write must not hide the run's own error.
-        let w = rep.write_json(out);
+        let w = out
+            .write_all(rep.json_text().as_bytes())
+            .and_then(|()| out.commit());
         if res.is_ok() {
             w?;
         } else if let Err(we) = w {
@@ -337,51 +353,37 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     res
 }
 
-/// Logits rows written by `--dump-logits` (little-endian f32, row-major [rows, V]).
+/// Logits rows written by `--dump-logits` (little-endian f32, row-major [rows, V]), under a
+/// temporary name until the run completes.
 struct Dump {
-    path: PathBuf,
-    w: Option<std::io::BufWriter<std::fs::File>>,
+    w: Option<OutFile>,
 }
 
 impl Dump {
-    fn open(path: &Option<PathBuf>) -> Result<Dump> {
-        let w = match path {
-            None => None,
-            Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(
-                |e| {
-                    Error::invalid(format!(
-                        "{}: cannot create the logits dump: {e}",
-                        p.display()
-                    ))
-                },
-            )?)),
-        };
-        Ok(Dump {
-            path: path.clone().unwrap_or_default(),
-            w,
-        })
-    }
     fn rows(&mut self, x: &[f32]) -> Result<()> {
         if let Some(w) = &mut self.w {
             let mut b = Vec::with_capacity(x.len() * 4);
             for v in x {
                 b.extend_from_slice(&v.to_le_bytes());
             }
-            w.write_all(&b)
-                .map_err(|e| Error::io(format!("{}: {e}", self.path.display())))?;
+            w.write_all(&b)?;
         }
         Ok(())
     }
     fn finish(&mut self) -> Result<()> {
-        if let Some(w) = &mut self.w {
-            w.flush()
-                .map_err(|e| Error::io(format!("{}: {e}", self.path.display())))?;
+        match self.w.take() {
+            Some(w) => w.commit(),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 
-fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
+fn execute(
+    req: &Request,
+    dump: Option<OutFile>,
+    rep: &mut RunReport,
+    wall: Instant,
+) -> Result<()> {
     let quiet = req.quiet;
     let say = |s: &str| {
         if !quiet {
@@ -390,6 +392,11 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
     };
     let cfg = Config::from_file(&req.config)?;
     let d = Dims::from_config(&cfg);
+    // The trace files are created before any work, like every output (ENGINE.md §3).
+    let mut trace = match &req.trace_dir {
+        Some(dir) => Some(TraceWriter::create(dir, d.nl as u32, d.e as u32)?),
+        None => None,
+    };
     rep.config_shape = cfg.shape.as_str().to_string();
     rep.config_fingerprint = cfg.fingerprint(crate::config::MlaForm::Absorbed);
     rep.layers = d.nl;
@@ -409,6 +416,16 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
     let ids = prompt_ids(&req.args, tok.as_ref())?;
     rep.prompt_ids = ids.clone();
     // Input checks before any work (exit 2).
+    for &id in &req.stop_ids {
+        if id as usize >= d.v {
+            return Err(Error::invalid(format!(
+                "flag `--stop-id {id}`: outside the vocabulary (ids 0 to {} for vocab_size {} in {})",
+                d.v.saturating_sub(1),
+                d.v,
+                req.config.display()
+            )));
+        }
+    }
     for (p, &id) in ids.iter().enumerate() {
         if id as usize >= d.v {
             return Err(Error::invalid(format!(
@@ -571,14 +588,10 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
     };
     let bound = bind::bind(&index, &cfg, &prep, &conf)?;
     let (model, mut trunk) = (bound.model, bound.trunk);
-    let trace = match &req.trace_dir {
-        Some(dir) => Some(TraceWriter::create(dir, d.nl as u32, d.e as u32)?),
-        None => None,
-    };
     let (slots, stride, policy) = bound.experts.geometry();
     let mut experts = Traced {
         inner: bound.experts,
-        trace,
+        trace: trace.take(),
     };
     rep.weights_tag = Some(index.weights_tag(&census.bound_shards())?);
     rep.trunk_bytes = rp.trunk.pinned_bytes;
@@ -617,7 +630,7 @@ fn execute(req: &Request, rep: &mut RunReport, wall: Instant) -> Result<()> {
     let mut deferred: Vec<String> = Vec::new();
     let res = (|| -> Result<()> {
         let mut state = DecodeState::new(&d, layers, positions.max(1));
-        let mut dump = Dump::open(&req.dump_logits)?;
+        let mut dump = Dump { w: dump };
         let mut hash = Fnv1a64::new();
         let mut out = std::io::stdout();
         let mut printer = tok.as_ref().map(|t| TextPrinter::new(t, std::io::stdout()));

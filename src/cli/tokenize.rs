@@ -18,6 +18,22 @@ const TOKENIZE_SPECS: &[Spec] = &[
 
 const DETOKENIZE_SPECS: &[Spec] = &[Spec::Value("tok"), Spec::Value("ids")];
 
+const TOKENIZE_USAGE: &str = "\
+usage: k3 tokenize --tok DIR [--special] (--text TEXT | --file PATH)
+  Prints the token ids of the text, comma-separated on one line.
+  --tok DIR      tokenizer directory (tiktoken.model, tokenizer_config.json)
+  --text TEXT    the text to encode
+  --file PATH    a UTF-8 file to encode, read verbatim
+  --special      turn special-token names (e.g. [EOS]) into their ids
+";
+
+const DETOKENIZE_USAGE: &str = "\
+usage: k3 detokenize --tok DIR --ids 1,2,3
+  Prints the text of the ids on standard output (no newline added; U+FFFD for ill-formed bytes).
+  --tok DIR      tokenizer directory (tiktoken.model, tokenizer_config.json)
+  --ids 1,2,3    comma-separated token ids
+";
+
 /// The prompt and tokenizer flags of the run command, for its flag table:
 /// `--prompt TEXT`, `--prompt-file PATH`, `--ids 1,2,3`, `--tok DIR`.
 pub const PROMPT_SPECS: [Spec; 4] = [
@@ -30,7 +46,7 @@ pub const PROMPT_SPECS: [Spec; 4] = [
 fn no_positional(a: &Args, cmd: &str) -> Result<()> {
     match a.positional.first() {
         Some(p) => Err(Error::invalid(format!(
-            "{cmd}: unexpected argument `{}` (see k3 --help)",
+            "{cmd}: unexpected argument `{}` (see k3 {cmd} --help)",
             p.to_string_lossy()
         ))),
         None => Ok(()),
@@ -48,7 +64,9 @@ fn required_tok(a: &Args, cmd: &str) -> Result<Tokenizer> {
 /// comma-separated, on one line. `--file` is read verbatim and must be UTF-8 (error naming the
 /// byte offset). `--special` turns special-token names into their ids (TOKENIZER.md §3).
 pub fn run_tokenize(argv: &[OsString]) -> Result<()> {
-    let a = Args::parse(argv, TOKENIZE_SPECS)?;
+    let Some(a) = Args::parse_or_help(argv, TOKENIZE_SPECS, TOKENIZE_USAGE)? else {
+        return Ok(());
+    };
     no_positional(&a, "tokenize")?;
     let tok = required_tok(&a, "tokenize")?;
     let special = a.switch("special");
@@ -76,7 +94,9 @@ pub fn run_tokenize(argv: &[OsString]) -> Result<()> {
 /// `k3 detokenize --tok DIR --ids 1,2,3`: prints the decoded text (TOKENIZER.md §9 display:
 /// U+FFFD for ill-formed bytes), without adding a newline.
 pub fn run_detokenize(argv: &[OsString]) -> Result<()> {
-    let a = Args::parse(argv, DETOKENIZE_SPECS)?;
+    let Some(a) = Args::parse_or_help(argv, DETOKENIZE_SPECS, DETOKENIZE_USAGE)? else {
+        return Ok(());
+    };
     no_positional(&a, "detokenize")?;
     let tok = required_tok(&a, "detokenize")?;
     let ids = match a.value("ids")? {

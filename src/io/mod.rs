@@ -7,9 +7,11 @@
 
 pub mod buf;
 pub mod file;
+pub mod out;
 pub mod sys;
 pub mod threads;
 
 pub use buf::{AlignedBuf, ALIGN};
 pub use file::{window, window_capacity, IoFile, ReadDone, Window};
+pub use out::OutFile;
 pub use threads::{Extent, IoThreads, ReadRequest, ReadTicket};

@@ -12,9 +12,8 @@
 
 use super::ExpertKey;
 use crate::error::{Error, Result};
+use crate::io::OutFile;
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::{BufWriter, Write};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
@@ -101,13 +100,14 @@ pub fn hist_json(n_layers: u32, n_experts: u32, counts: &BTreeMap<ExpertKey, u64
     s
 }
 
-/// Writes `expert_trace.bin` as the run goes (so a failed run still leaves the records up to
-/// the failure) and `expert_hist.json` at [`finish`](TraceWriter::finish).
+/// Writes `expert_trace.bin` as the run goes (under `expert_trace.bin.tmp`, renamed at
+/// [`finish`](TraceWriter::finish); a failed run leaves no trace under the final name) and
+/// `expert_hist.json` at `finish`.
 #[derive(Debug)]
 pub struct TraceWriter {
     dir: PathBuf,
     trace_path: PathBuf,
-    out: BufWriter<File>,
+    out: OutFile,
     counts: BTreeMap<ExpertKey, u64>,
     n_layers: u32,
     n_experts: u32,
@@ -118,7 +118,8 @@ impl TraceWriter {
     /// Creates `dir` if needed and `dir/expert_trace.bin` (replacing an old one) for a model of
     /// `n_layers` layers and `n_experts` experts per MoE layer.
     ///
-    /// Errors (exit 2, before the run): the directory or file cannot be created.
+    /// Errors (exit 2, before the run): the directory or file cannot be created (naming
+    /// `--dump-cache-trace`); exit 3 if the disk is full.
     pub fn create(dir: &Path, n_layers: u32, n_experts: u32) -> Result<TraceWriter> {
         if n_layers > i32::MAX as u32 || n_experts > i32::MAX as u32 {
             return Err(Error::invalid(format!(
@@ -128,17 +129,16 @@ impl TraceWriter {
         }
         std::fs::create_dir_all(dir).map_err(|e| {
             Error::invalid(format!(
-                "{}: cannot create the trace directory (--dump-cache-trace): {e}",
+                "flag `--dump-cache-trace {}`: cannot create the directory: {e}; give a writable directory",
                 dir.display()
             ))
         })?;
         let trace_path = dir.join(TRACE_FILE);
-        let f = File::create(&trace_path)
-            .map_err(|e| Error::invalid(format!("{}: cannot create: {e}", trace_path.display())))?;
+        let out = OutFile::create("--dump-cache-trace", &trace_path, "the expert trace")?;
         Ok(TraceWriter {
             dir: dir.to_path_buf(),
             trace_path,
-            out: BufWriter::with_capacity(1 << 16, f),
+            out,
             counts: BTreeMap::new(),
             n_layers,
             n_experts,
@@ -149,8 +149,8 @@ impl TraceWriter {
     /// Appends one MoE layer's requests of one step: `experts` in request order (per position
     /// ascending, its Kt experts in selection order).
     ///
-    /// Errors: exit 1 for a layer or expert out of range (a bug in the caller); exit 4 if the
-    /// write fails.
+    /// Errors: exit 1 for a layer or expert out of range (a bug in the caller); exit 3 if the
+    /// disk is full, exit 4 if the write fails otherwise.
     pub fn record(&mut self, layer: u32, experts: &[u32]) -> Result<()> {
         let mut buf = Vec::with_capacity(experts.len() * RECORD_BYTES);
         for &e in experts {
@@ -166,13 +166,7 @@ impl TraceWriter {
             buf.extend_from_slice(&(e as i32).to_le_bytes());
             *self.counts.entry(ExpertKey::new(layer, e)).or_insert(0) += 1;
         }
-        self.out.write_all(&buf).map_err(|e| {
-            Error::io(format!(
-                "{}: write failed at record {}: {e}",
-                self.trace_path.display(),
-                self.records
-            ))
-        })?;
+        self.out.write_all(&buf)?;
         self.records += experts.len() as u64;
         Ok(())
     }
@@ -182,18 +176,19 @@ impl TraceWriter {
         self.records
     }
 
-    /// Flushes the trace and writes `expert_hist.json` (via a temporary name and a rename).
+    /// Completes `expert_trace.bin` and writes `expert_hist.json` (each via a temporary name
+    /// and a rename).
     ///
-    /// Errors (exit 4): a failed write, naming the file.
-    pub fn finish(mut self) -> Result<()> {
-        self.out
-            .flush()
-            .map_err(|e| Error::io(format!("{}: write failed: {e}", self.trace_path.display())))?;
-        let hist = self.dir.join(HIST_FILE);
-        let tmp = self.dir.join(format!("{HIST_FILE}.tmp"));
-        std::fs::write(&tmp, hist_json(self.n_layers, self.n_experts, &self.counts))
-            .and_then(|()| std::fs::rename(&tmp, &hist))
-            .map_err(|e| Error::io(format!("{}: write failed: {e}", hist.display())))
+    /// Errors: exit 3 on a full disk, else exit 4, naming the file and the offset.
+    pub fn finish(self) -> Result<()> {
+        self.out.commit()?;
+        let mut hist = OutFile::create(
+            "--dump-cache-trace",
+            &self.dir.join(HIST_FILE),
+            "the expert histogram",
+        )?;
+        hist.write_all(hist_json(self.n_layers, self.n_experts, &self.counts).as_bytes())?;
+        hist.commit()
     }
 }
 

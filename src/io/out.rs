@@ -1,0 +1,184 @@
+//! Output files a run writes (ENGINE.md §3: `--out`, `--dump-logits`, `--dump-cache-trace`;
+//! `pack-trunk`): opened before any work, written under a temporary name, renamed into place
+//! only when complete.
+//!
+//! Why: a bad output path found after an hour-long run wastes the hour, and a dump cut short
+//! by a full disk must never be mistaken for a complete one. So [`OutFile::create`] creates the
+//! temporary file up front (exit 2 naming the flag and the path when it cannot), writes go to
+//! it, [`OutFile::commit`] renames it to the final name, and dropping an uncommitted `OutFile`
+//! removes the temporary. A full disk or quota (ENOSPC, EDQUOT) is exit 3 ("disk space does not
+//! fit"), any other write failure exit 4; both name what was being written and the offset.
+
+use crate::error::{Error, Result};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+/// Suffix of the temporary name an output is written under (`<final>.tmp`).
+pub const TMP_SUFFIX: &str = ".tmp";
+
+/// The temporary name of `path`: `<path>.tmp` in the same directory (so the rename is atomic).
+pub fn tmp_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(TMP_SUFFIX);
+    PathBuf::from(s)
+}
+
+/// Classifies a failed write of `what` (e.g. "the logits dump") to `path` at byte `offset`:
+/// ENOSPC/EDQUOT are resources (exit 3), anything else I/O (exit 4).
+pub fn write_error(path: &Path, what: &str, offset: u64, e: &std::io::Error) -> Error {
+    let full = matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT));
+    let msg = format!(
+        "{}: writing {what} failed at byte offset {offset}: {e}",
+        path.display()
+    );
+    if full {
+        Error::resources(format!(
+            "{msg} (not enough disk space for {what}; free space or write it elsewhere)"
+        ))
+    } else {
+        Error::io(msg)
+    }
+}
+
+/// Checks that `path` can be an output file, for `flag` (e.g. `--out`): not a directory, its
+/// directory exists, and an existing file there is writable.
+///
+/// Errors (exit 2): naming the flag and the path.
+pub fn check_target(flag: &str, path: &Path) -> Result<()> {
+    let bad = |why: String| {
+        Error::invalid(format!(
+            "flag `{flag} {}`: {why}; give a writable file path",
+            path.display()
+        ))
+    };
+    if path.as_os_str().is_empty() {
+        return Err(bad("empty path".into()));
+    }
+    if let Ok(m) = std::fs::metadata(path) {
+        if m.is_dir() {
+            return Err(bad("is a directory".into()));
+        }
+        if !m.is_file() {
+            // A rename would replace a device or FIFO with a regular file.
+            return Err(bad("exists and is not a regular file".into()));
+        }
+        if m.permissions().readonly() {
+            return Err(bad("exists and is read-only".into()));
+        }
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(bad(format!("directory {} does not exist", dir.display())));
+    }
+    Ok(())
+}
+
+/// An output file being written under its temporary name (module docs).
+#[derive(Debug)]
+pub struct OutFile {
+    path: PathBuf,
+    tmp: PathBuf,
+    what: &'static str,
+    w: Option<BufWriter<File>>,
+    written: u64,
+}
+
+impl OutFile {
+    /// Checks `path` ([`check_target`]) and creates `<path>.tmp` (truncating an old one) for
+    /// writing `what` (e.g. "the logits dump"), named in later errors.
+    ///
+    /// Errors (exit 2): the path is unusable or the temporary cannot be created, naming `flag`
+    /// (e.g. `--dump-logits`) and the path; exit 3 if the disk is already full.
+    pub fn create(flag: &str, path: &Path, what: &'static str) -> Result<OutFile> {
+        check_target(flag, path)?;
+        let tmp = tmp_path(path);
+        let f = File::create(&tmp).map_err(|e| {
+            if matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)) {
+                write_error(&tmp, what, 0, &e)
+            } else {
+                Error::invalid(format!(
+                    "flag `{flag} {}`: cannot create {} for {what}: {e}; give a writable file path",
+                    path.display(),
+                    tmp.display()
+                ))
+            }
+        })?;
+        Ok(OutFile {
+            path: path.to_path_buf(),
+            tmp,
+            what,
+            w: Some(BufWriter::with_capacity(1 << 16, f)),
+            written: 0,
+        })
+    }
+
+    /// The final path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Bytes written so far.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Appends `bytes`. Errors: exit 3 on a full disk or quota, else exit 4 (module docs).
+    pub fn write_all(&mut self, bytes: &[u8]) -> Result<()> {
+        let w = self
+            .w
+            .as_mut()
+            .ok_or_else(|| Error::internal(format!("{}: written after commit", self.path.display())))?;
+        // On failure the buffer keeps what did not reach the file: the offset is its start.
+        let written = self.written;
+        w.write_all(bytes)
+            .map_err(|e| write_error(&self.path, self.what, written.saturating_sub(w.buffer().len() as u64), &e))?;
+        self.written += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Flushes, syncs and renames the temporary to the final name. On error the temporary
+    /// is removed and the final name is untouched.
+    pub fn commit(mut self) -> Result<()> {
+        let w = self
+            .w
+            .take()
+            .ok_or_else(|| Error::internal(format!("{}: committed twice", self.path.display())))?;
+        // The offset of a failed flush is not known exactly: name where the buffer started.
+        let buffered = w.buffer().len() as u64;
+        let f = w.into_inner().map_err(|e| {
+            write_error(
+                &self.path,
+                self.what,
+                self.written - buffered,
+                e.error(),
+            )
+        })?;
+        f.sync_all()
+            .map_err(|e| write_error(&self.path, self.what, self.written, &e))?;
+        drop(f);
+        std::fs::rename(&self.tmp, &self.path).map_err(|e| {
+            Error::io(format!(
+                "{}: cannot rename {} into place ({}): {e}",
+                self.path.display(),
+                self.tmp.display(),
+                self.what
+            ))
+        })?;
+        self.tmp = PathBuf::new();
+        Ok(())
+    }
+}
+
+impl Drop for OutFile {
+    fn drop(&mut self) {
+        // Uncommitted (a failed write, or a failed run): leave nothing behind.
+        if !self.tmp.as_os_str().is_empty() {
+            self.w = None;
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
