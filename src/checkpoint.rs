@@ -819,6 +819,16 @@ fn open_with_index_file(dir: &Path, index_path: &Path) -> Result<TensorIndex> {
     }
     if let Some(i) = mapped.iter().position(|m| !m) {
         let shard = &b.idx.shards[b.idx.entries[i].shard as usize];
+        let tensor = b.idx.name(i);
+        // Listed, but under a shard file that does not exist: say so, not "not listed".
+        if let Some((_, s, name_at)) = map.iter().find(|(n, _, _)| **n == *tensor) {
+            return Err(Error::invalid(format!(
+                "{label}: byte {name_at}: maps tensor \"{tensor}\" to shard {}, which does not exist in {}; the tensor is in shard {} (FORMATS.md §3: index and shards must agree)",
+                shard_names[*s as usize],
+                dir.display(),
+                shard.file_name
+            )));
+        }
         return Err(Error::invalid(format!(
             "{}: tensor \"{}\" is not listed in {INDEX_FILE}'s weight_map (FORMATS.md §3: index and shards must agree)",
             shard.path.display(),

@@ -27,7 +27,9 @@ pub const DEFAULT_MAX_DEPTH: usize = 128;
 pub struct JsonError {
     /// Zero-based byte offset in the scanned input.
     pub offset: usize,
-    /// What was expected (or what is wrong) at that offset, e.g. `',' or '}' after an object member`.
+    /// What was expected and what was found there (`expected ',' or '}' after an object
+    /// member, found 'x'`), or the problem when nothing else could stand there (`duplicate
+    /// member name "a"`, `nesting deeper than 128 (arrays and objects)`).
     pub expected: String,
 }
 
@@ -466,7 +468,15 @@ impl<'a> Scanner<'a> {
     /// A scanner with an explicit nesting limit. Errors if `input` is not UTF-8.
     pub fn with_max_depth(input: &'a [u8], max_depth: usize) -> JResult<Scanner<'a>> {
         if let Err(e) = std::str::from_utf8(input) {
-            return Err(JsonError::new(e.valid_up_to(), "valid UTF-8"));
+            let at = e.valid_up_to();
+            let found = match e.error_len() {
+                Some(_) => format!("byte 0x{:02x}", input[at]),
+                None => "a UTF-8 sequence cut short by the end of input".to_string(),
+            };
+            return Err(JsonError::new(
+                at,
+                format!("expected UTF-8 text, found {found}"),
+            ));
         }
         Ok(Scanner {
             src: input,
@@ -488,8 +498,17 @@ impl<'a> Scanner<'a> {
         self.key_at
     }
 
-    fn err<T>(&self, at: usize, expected: impl Into<String>) -> JResult<T> {
-        Err(JsonError::new(at, expected))
+    /// A problem at `at` stated as such (`duplicate member name "a"`).
+    fn err<T>(&self, at: usize, problem: impl Into<String>) -> JResult<T> {
+        Err(JsonError::new(at, problem))
+    }
+
+    /// `expected {what}, found {what is at `at`}`, at `at`.
+    fn expected<T>(&self, at: usize, what: impl std::fmt::Display) -> JResult<T> {
+        Err(JsonError::new(
+            at,
+            format!("expected {what}, found {}", self.describe_at(at)),
+        ))
     }
 
     fn skip_ws(&mut self) {
@@ -502,12 +521,48 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    fn describe_here(&self) -> String {
-        match self.src.get(self.pos) {
+    /// What is at byte `at`, for "found …": end of input, an ASCII character, a non-ASCII
+    /// character with its code point, or another byte in hex.
+    fn describe_at(&self, at: usize) -> String {
+        match self.src.get(at) {
             None => "end of input".to_string(),
             Some(&b) if b.is_ascii_graphic() => format!("'{}'", b as char),
+            Some(&b) if b >= 0xC0 => {
+                let n = if b >= 0xF0 {
+                    4
+                } else if b >= 0xE0 {
+                    3
+                } else {
+                    2
+                };
+                let end = (at + n).min(self.src.len());
+                match std::str::from_utf8(&self.src[at..end])
+                    .ok()
+                    .and_then(|t| t.chars().next())
+                {
+                    Some(c) => format!("'{c}' (U+{:04X})", c as u32),
+                    None => format!("byte 0x{b:02x}"),
+                }
+            }
             Some(&b) => format!("byte 0x{b:02x}"),
         }
+    }
+
+    fn control_char<T>(&self, at: usize) -> JResult<T> {
+        self.err(
+            at,
+            format!(
+                "unescaped control character U+{:04X} in a string (write it as an escape, e.g. \\u{:04x})",
+                self.src[at], self.src[at]
+            ),
+        )
+    }
+
+    fn unterminated<T>(&self, open: usize) -> JResult<T> {
+        self.err(
+            open,
+            "expected a closing '\"' for the string starting here, found end of input",
+        )
     }
 
     /// The kind of the next value (skipping whitespace). Errors at end of input or on a byte
@@ -521,10 +576,7 @@ impl<'a> Scanner<'a> {
             Some(b'"') => Ok(Kind::String),
             Some(b'[') => Ok(Kind::Array),
             Some(b'{') => Ok(Kind::Object),
-            _ => self.err(
-                self.pos,
-                format!("a JSON value, found {}", self.describe_here()),
-            ),
+            _ => self.expected(self.pos, "a JSON value"),
         }
     }
 
@@ -533,7 +585,10 @@ impl<'a> Scanner<'a> {
         let k = self.peek()?;
         if k != want {
             let at = at.max(self.pos);
-            return self.err(at, format!("{}, found {}", want.name(), k.name()));
+            return self.err(
+                at,
+                format!("expected {}, found {}", want.name(), k.name()),
+            );
         }
         Ok(())
     }
@@ -544,7 +599,7 @@ impl<'a> Scanner<'a> {
             self.pos = end;
             Ok(())
         } else {
-            self.err(self.pos, format!("`{word}`"))
+            self.expected(self.pos, format!("`{word}`"))
         }
     }
 
@@ -581,12 +636,12 @@ impl<'a> Scanner<'a> {
                     i += 1;
                 }
             }
-            _ => return self.err(i, "a digit"),
+            _ => return self.expected(i, "a digit"),
         }
         if s.get(i) == Some(&b'.') {
             i += 1;
             if !matches!(s.get(i), Some(b'0'..=b'9')) {
-                return self.err(i, "a digit after the decimal point");
+                return self.expected(i, "a digit after the decimal point");
             }
             while matches!(s.get(i), Some(b'0'..=b'9')) {
                 i += 1;
@@ -598,7 +653,7 @@ impl<'a> Scanner<'a> {
                 i += 1;
             }
             if !matches!(s.get(i), Some(b'0'..=b'9')) {
-                return self.err(i, "a digit in the exponent");
+                return self.expected(i, "a digit in the exponent");
             }
             while matches!(s.get(i), Some(b'0'..=b'9')) {
                 i += 1;
@@ -623,13 +678,10 @@ impl<'a> Scanner<'a> {
         let hit = memchr::memchr2(b'"', b'\\', rest);
         let run_end = hit.map_or(self.src.len(), |h| start + h);
         if let Some(c) = self.src[start..run_end].iter().position(|&b| b < 0x20) {
-            return self.err(
-                start + c,
-                "no unescaped control character (U+0000..U+001F) in a string",
-            );
+            return self.control_char(start + c);
         }
         match hit {
-            None => self.err(open, "a closing '\"' for the string starting here"),
+            None => self.unterminated(open),
             Some(h) if rest[h] == b'"' => {
                 self.pos = start + h + 1;
                 Ok(Cow::Borrowed(self.str_slice(start, start + h)))
@@ -655,14 +707,11 @@ impl<'a> Scanner<'a> {
             let rest = &self.src[self.pos..];
             let hit = match memchr::memchr2(b'"', b'\\', rest) {
                 Some(h) => h,
-                None => return self.err(open, "a closing '\"' for the string starting here"),
+                None => return self.unterminated(open),
             };
             let run = &rest[..hit];
             if let Some(c) = run.iter().position(|&b| b < 0x20) {
-                return self.err(
-                    self.pos + c,
-                    "no unescaped control character (U+0000..U+001F) in a string",
-                );
+                return self.control_char(self.pos + c);
             }
             out.push_str(self.str_slice(self.pos, self.pos + hit));
             self.pos += hit;
@@ -674,7 +723,7 @@ impl<'a> Scanner<'a> {
             let esc_at = self.pos;
             let c = match self.src.get(self.pos + 1) {
                 Some(&c) => c,
-                None => return self.err(self.pos + 1, "an escape character after '\\'"),
+                None => return self.expected(self.pos + 1, "an escape character after '\\'"),
             };
             self.pos += 2;
             match c {
@@ -695,7 +744,10 @@ impl<'a> Scanner<'a> {
                         {
                             return self.err(
                                 esc_at,
-                                "a low surrogate escape (\\uDC00..\\uDFFF) after this high surrogate",
+                                format!(
+                                    "expected a low surrogate escape (\\uDC00..\\uDFFF) after the high surrogate \\u{hi:04X}, found {}",
+                                    self.describe_at(self.pos)
+                                ),
                             );
                         }
                         self.pos += 2;
@@ -704,24 +756,39 @@ impl<'a> Scanner<'a> {
                         if !(0xDC00..0xE000).contains(&lo) {
                             return self.err(
                                 lo_at,
-                                "a low surrogate escape (\\uDC00..\\uDFFF) after a high surrogate",
+                                format!(
+                                    "expected a low surrogate escape (\\uDC00..\\uDFFF) after the high surrogate \\u{hi:04X}, found \\u{lo:04X}"
+                                ),
                             );
                         }
                         0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)
                     } else if (0xDC00..0xE000).contains(&hi) {
-                        return self.err(esc_at, "no lone low surrogate escape");
+                        return self.err(
+                            esc_at,
+                            format!(
+                                "lone low surrogate escape \\u{hi:04X} (no high surrogate before it)"
+                            ),
+                        );
                     } else {
                         hi
                     };
                     match char::from_u32(cp) {
                         Some(ch) => out.push(ch),
-                        None => return self.err(esc_at, "a valid Unicode scalar value"),
+                        None => {
+                            return self.err(
+                                esc_at,
+                                format!("escape for U+{cp:X}, which is not a Unicode scalar value"),
+                            )
+                        }
                     }
                 }
                 _ => {
                     return self.err(
                         esc_at,
-                        "a valid escape (\\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX)",
+                        format!(
+                            "expected a valid escape (\\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX) after '\\', found {}",
+                            self.describe_at(esc_at + 1)
+                        ),
                     )
                 }
             }
@@ -736,9 +803,9 @@ impl<'a> Scanner<'a> {
                     b'0'..=b'9' => b - b'0',
                     b'a'..=b'f' => b - b'a' + 10,
                     b'A'..=b'F' => b - b'A' + 10,
-                    _ => return self.err(self.pos + k, "four hex digits after \\u"),
+                    _ => return self.expected(self.pos + k, "four hex digits after \\u"),
                 },
-                None => return self.err(self.pos + k, "four hex digits after \\u"),
+                None => return self.expected(self.pos + k, "four hex digits after \\u"),
             };
             v = v * 16 + u32::from(d);
         }
@@ -751,7 +818,7 @@ impl<'a> Scanner<'a> {
             return self.err(
                 self.pos,
                 format!(
-                    "nesting depth at most {} (arrays and objects)",
+                    "nesting deeper than {} (arrays and objects)",
                     self.max_depth
                 ),
             );
@@ -775,7 +842,7 @@ impl<'a> Scanner<'a> {
         self.skip_ws();
         let first = match self.first.last_mut() {
             Some(f) => std::mem::replace(f, false),
-            None => return self.err(self.pos, "an open object (scanner misuse)"),
+            None => return self.err(self.pos, "scanner misuse: no open object"),
         };
         match self.src.get(self.pos) {
             Some(b'}') => {
@@ -787,13 +854,7 @@ impl<'a> Scanner<'a> {
                 self.pos += 1;
                 self.skip_ws();
                 if self.src.get(self.pos) != Some(&b'"') {
-                    return self.err(
-                        self.pos,
-                        format!(
-                            "a member name string after ',', found {}",
-                            self.describe_here()
-                        ),
-                    );
+                    return self.expected(self.pos, "a member name string after ','");
                 }
             }
             Some(b'"') if first => {}
@@ -803,17 +864,14 @@ impl<'a> Scanner<'a> {
                 } else {
                     "',' or '}' after an object member"
                 };
-                return self.err(self.pos, format!("{what}, found {}", self.describe_here()));
+                return self.expected(self.pos, what);
             }
         }
         self.key_at = self.pos;
         let key = self.string()?;
         self.skip_ws();
         if self.src.get(self.pos) != Some(&b':') {
-            return self.err(
-                self.pos,
-                format!("':' after member name, found {}", self.describe_here()),
-            );
+            return self.expected(self.pos, "':' after the member name");
         }
         self.pos += 1;
         Ok(Some(key))
@@ -831,7 +889,7 @@ impl<'a> Scanner<'a> {
         self.skip_ws();
         let first = match self.first.last_mut() {
             Some(f) => std::mem::replace(f, false),
-            None => return self.err(self.pos, "an open array (scanner misuse)"),
+            None => return self.err(self.pos, "scanner misuse: no open array"),
         };
         match self.src.get(self.pos) {
             Some(b']') => {
@@ -843,18 +901,12 @@ impl<'a> Scanner<'a> {
                 self.pos += 1;
                 self.skip_ws();
                 if self.src.get(self.pos) == Some(&b']') {
-                    return self.err(self.pos, "an array element after ',', found ']'");
+                    return self.expected(self.pos, "an array element after ','");
                 }
                 Ok(true)
             }
             Some(_) if first => Ok(true),
-            _ => self.err(
-                self.pos,
-                format!(
-                    "',' or ']' after an array element, found {}",
-                    self.describe_here()
-                ),
-            ),
+            _ => self.expected(self.pos, "',' or ']' after an array element"),
         }
     }
 
@@ -919,7 +971,7 @@ impl<'a> Scanner<'a> {
                         }
                     };
                     if dup {
-                        return self.err(key_at, format!("no duplicate member name \"{key}\""));
+                        return self.err(key_at, format!("duplicate member name \"{key}\""));
                     }
                     let v = self.value()?;
                     members.push((key.into_owned(), v));
@@ -933,13 +985,7 @@ impl<'a> Scanner<'a> {
     pub fn finish(&mut self) -> JResult<()> {
         self.skip_ws();
         if self.pos != self.src.len() {
-            return self.err(
-                self.pos,
-                format!(
-                    "end of input after the top-level value, found {}",
-                    self.describe_here()
-                ),
-            );
+            return self.expected(self.pos, "end of input after the top-level value");
         }
         Ok(())
     }

@@ -159,16 +159,17 @@ impl MemoryPlan {
     pub fn check(&self) -> Result<()> {
         if let Some(avail) = self.available {
             if self.total > avail {
+                let (need, have) = gb_pair(self.total, avail);
                 return Err(Error::resources(format!(
                     "memory plan does not fit: needs {} (trunk {}, model tables {}, experts {}, KDA state {}, MLA cache {}, scratch {}) but {} is available, short by {}; use fewer positions (--gen, a shorter prompt) or --layers, or free memory",
-                    gb(self.total),
+                    need,
                     gb(self.trunk_resident),
                     gb(self.model_tables),
                     gb(self.expert_cache),
                     gb(self.kda_state),
                     gb(self.mla_cache),
                     gb(self.scratch),
-                    gb(avail),
+                    have,
                     gb(self.total - avail)
                 )));
             }
@@ -199,16 +200,37 @@ impl MemoryPlan {
     }
 }
 
-/// Decimal gigabytes with enough digits for tiny and huge figures.
+/// Decimal gigabytes with enough digits for tiny and huge figures; below 1 MB the exact
+/// bytes, so a non-zero size never reads as zero.
 pub fn gb(bytes: u64) -> String {
     let g = bytes as f64 / 1e9;
     if g >= 10.0 {
         format!("{g:.1} GB")
     } else if g >= 0.01 {
         format!("{g:.3} GB")
-    } else {
+    } else if bytes >= 1_000_000 {
         format!("{:.1} MB", bytes as f64 / 1e6)
+    } else {
+        format!("{bytes} bytes")
     }
+}
+
+/// `a` and `b` as [`gb`] gives them, with more digits (down to the exact bytes) when two
+/// different sizes would read the same: for messages that compare them ("the budget … is
+/// below the minimum …").
+pub fn gb_pair(a: u64, b: u64) -> (String, String) {
+    let (x, y) = (gb(a), gb(b));
+    if x != y || a == b {
+        return (x, y);
+    }
+    for digits in 4..=8 {
+        let f = |v: u64| format!("{:.digits$} GB", v as f64 / 1e9);
+        let (x, y) = (f(a), f(b));
+        if x != y {
+            return (x, y);
+        }
+    }
+    (format!("{a} bytes"), format!("{b} bytes"))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -544,10 +566,11 @@ pub fn choose_trunk(runs: &[u64], budget: u64, ring: Option<usize>) -> Result<Tr
         }
     }
     let r = rings.last().copied().unwrap_or(1) as u64;
+    let (have, need) = gb_pair(budget, r * largest);
     Err(Error::resources(format!(
         "trunk budget {} is below the minimum {}: {} ring slot{} for the largest layer ({}); raise --trunk-gb or --mem-gb, or choose a larger preset",
-        gb(budget),
-        gb(r * largest),
+        have,
+        need,
         r,
         if r == 1 { "" } else { "s" },
         gb(largest)
@@ -722,12 +745,13 @@ pub fn plan_run(s: &ModelSizes, b: &Budget, available: Option<u64>) -> Result<Ru
     let mut notes = Vec::new();
     if let Some(c) = b.cache {
         if c < s.cache_min() {
+            let (have, need) = gb_pair(c, s.cache_min());
             return Err(Error::resources(format!(
-                "flag `--cache-gb {}`: the expert cache needs at least top-k = {} slots of {} bytes ({}), short by {}",
-                c as f64 / GB,
+                "flag `--cache-gb`: {} is below the expert cache's minimum of top-k = {} slots of {} bytes ({}), short by {}",
+                have,
                 s.top_k,
                 s.expert_stride,
-                gb(s.cache_min()),
+                need,
                 gb(s.cache_min() - c)
             )));
         }
@@ -801,10 +825,11 @@ pub fn plan_run(s: &ModelSizes, b: &Budget, available: Option<u64>) -> Result<Ru
                 + s.tables_streamed()
                 + b.cache.unwrap_or(s.cache_min());
             if m < min_total {
+                let (have, need) = gb_pair(m, min_total);
                 return Err(Error::resources(format!(
                     "memory plan does not fit: the budget {} ({name}) is below the minimum {} for this model (fixed items {} incl. KDA state {} and MLA cache {}; trunk {}; streamed model tables {}; expert cache {}), short by {}; give a larger --mem-gb, fewer positions (--gen, a shorter prompt), or free memory",
-                    gb(m),
-                    gb(min_total),
+                    have,
+                    need,
                     gb(fixed),
                     gb(s.kda_state),
                     gb(s.mla_cache),
@@ -878,10 +903,11 @@ pub fn plan_run(s: &ModelSizes, b: &Budget, available: Option<u64>) -> Result<Ru
         + p.tensor_index;
     if let Some(m) = budget {
         if p.total > m {
+            let (need, have) = gb_pair(p.total, m);
             return Err(Error::resources(format!(
                 "memory plan {} exceeds the budget {} ({budget_name}), short by {}; lower --trunk-gb or --cache-gb, or raise --mem-gb",
-                gb(p.total),
-                gb(m),
+                need,
+                have,
                 gb(p.total - m)
             )));
         }

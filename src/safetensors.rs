@@ -315,7 +315,17 @@ impl<'a> ShardHeader<'a> {
 }
 
 fn json_err(file: &str, e: JsonError) -> Error {
-    e.into_error(file, 8)
+    // Bytes after the JSON or a JSON cut short are what a wrong header length N produces
+    // (tensor data read as header, or header left in the data): say so.
+    let length_suspect = e.expected.starts_with("expected UTF-8")
+        || e.expected.contains("after the top-level value")
+        || e.expected.ends_with("found end of input");
+    let mut err = e.into_error(file, 8);
+    if length_suspect {
+        err.message
+            .push_str("; the header length N in bytes 0..8 may be wrong (FORMATS.md §2)");
+    }
+    err
 }
 
 fn product_bytes(shape: &[u64], dtype: Dtype) -> Option<u64> {

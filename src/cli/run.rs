@@ -136,7 +136,14 @@ fn gb_flag(a: &Args, name: &str) -> Result<Option<u64>> {
                     "flag `--{name} {v}`: expected a positive number of decimal GB"
                 )));
             }
-            Ok(Some((x * GB) as u64))
+            let bytes = (x * GB) as u64;
+            if bytes == 0 {
+                // Positive but below one byte: it would read as a budget of 0 later.
+                return Err(Error::invalid(format!(
+                    "flag `--{name} {v}`: {v} GB is less than one byte; expected a positive number of decimal GB"
+                )));
+            }
+            Ok(Some(bytes))
         }
     }
 }
@@ -411,7 +418,26 @@ fn execute(
     // The tokenizer (`--tok`, or the model directory when it holds the files) and the prompt.
     let tok = load_tokenizer(&req.args, &req.model_dir)?;
     if let Some(t) = &tok {
-        t.check_vocab_size(d.v)?;
+        // Name both sides: the tokenizer directory (and whether it came from --tok) and the
+        // config file.
+        t.check_vocab_size(d.v).map_err(|_| {
+            let dir = tokenizer_dir(
+                req.args.value_os("tok").map(PathBuf::from).as_deref(),
+                &req.model_dir,
+            )
+            .unwrap_or_default();
+            Error::invalid(format!(
+                "{}: vocab_size {} does not match the tokenizer in {}{} ({} ids: {} ranks in {} + {} special); give the model's own tokenizer with --tok, or the prompt as --ids",
+                req.config.display(),
+                d.v,
+                dir.display(),
+                if req.args.value_os("tok").is_some() { " (--tok)" } else { "" },
+                t.vocab_size(),
+                t.num_ranks(),
+                crate::tokenizer::TIKTOKEN_FILE,
+                t.vocab_size() - t.num_ranks()
+            ))
+        })?;
     }
     let ids = prompt_ids(&req.args, tok.as_ref())?;
     rep.prompt_ids = ids.clone();
