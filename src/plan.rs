@@ -200,8 +200,8 @@ impl MemoryPlan {
     }
 }
 
-/// Decimal gigabytes with enough digits for tiny and huge figures; below 1 MB the exact
-/// bytes, so a non-zero size never reads as zero.
+/// Decimal gigabytes with enough digits for tiny and huge figures: GB, MB, kB (decimal), and
+/// below 10 kB the exact bytes, so a non-zero size never reads as zero.
 pub fn gb(bytes: u64) -> String {
     let g = bytes as f64 / 1e9;
     if g >= 10.0 {
@@ -210,6 +210,8 @@ pub fn gb(bytes: u64) -> String {
         format!("{g:.3} GB")
     } else if bytes >= 1_000_000 {
         format!("{:.1} MB", bytes as f64 / 1e6)
+    } else if bytes >= 10_000 {
+        format!("{:.1} kB", bytes as f64 / 1e3)
     } else {
         format!("{bytes} bytes")
     }
@@ -223,7 +225,8 @@ pub fn gb_pair(a: u64, b: u64) -> (String, String) {
     if x != y || a == b {
         return (x, y);
     }
-    for digits in 4..=8 {
+    // Large sizes: more decimals of GB; small ones (or still equal): the exact bytes.
+    for digits in (4..=8).filter(|_| a.min(b) >= 10_000_000) {
         let f = |v: u64| format!("{:.digits$} GB", v as f64 / 1e9);
         let (x, y) = (f(a), f(b));
         if x != y {

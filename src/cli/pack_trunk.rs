@@ -8,7 +8,7 @@ use crate::cli::args::{Args, Spec};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::plan::gb;
-use crate::stream::pack::{pack, PackProgress, TRUNK_JSON};
+use crate::stream::pack::{check_out_dir, pack, PackProgress, PackedTrunk, TRUNK_JSON};
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -54,8 +54,15 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         .map(PathBuf::from)
         .unwrap_or_else(|| model_dir.join("config.json"));
     let quiet = args.switch("quiet");
+    // An unwritable output directory is invalid input, found before any shard is read.
+    check_out_dir(&out_dir)?;
     let cfg = Config::from_file(&config)?;
     let index = TensorIndex::open(&model_dir)?;
+    if !quiet {
+        if let Some(line) = replacing_line(&out_dir, &PackedTrunk::plan(&cfg, &index)?) {
+            eprintln!("{line}");
+        }
+    }
     let terminal = crate::io::sys::stderr_is_terminal();
     let mut last_layers = usize::MAX;
     let mut show = |p: &PackProgress| {
@@ -100,4 +107,31 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The line saying that `out_dir` already holds a packed trunk that this pack replaces (not an
+/// error), and whether it is of this model's layout; `None` when there is none.
+fn replacing_line(out_dir: &std::path::Path, new: &PackedTrunk) -> Option<String> {
+    let path = out_dir.join(TRUNK_JSON);
+    if !path.exists() {
+        return None;
+    }
+    let old = std::fs::read(&path)
+        .ok()
+        .and_then(|b| PackedTrunk::parse(&b, &path).ok());
+    let what = match old {
+        Some(old) if old == *new => "of this model's layout".to_string(),
+        Some(old) => format!(
+            "of another model or layout: {} layers, {} bytes of runs; this model: {} layers, {} bytes",
+            old.layers.len(),
+            old.run_bytes(),
+            new.layers.len(),
+            new.run_bytes()
+        ),
+        None => "whose trunk.json does not parse".to_string(),
+    };
+    Some(format!(
+        "pack-trunk: {} already holds a packed trunk ({what}); replacing it",
+        out_dir.display()
+    ))
 }

@@ -617,9 +617,10 @@ pub struct PackSummary {
 /// `trunk.json` removed, `trunk.bin` renamed into place and then `trunk.json`, so an
 /// interrupted pack never leaves a trunk that loads.
 ///
-/// Errors: the layout ([`PackedTrunk::plan`], exit 2); a read failure (exit 4, naming the
-/// shard and offset); a write failure or a full disk (exit 4 / exit 3, naming the file). On
-/// error the temporary files are removed.
+/// Errors: the layout ([`PackedTrunk::plan`], exit 2); an unwritable `out_dir`
+/// ([`check_out_dir`], exit 2); a read failure (exit 4, naming the shard and offset); a write
+/// failure or a full disk (exit 4 / exit 3, naming the file). On error the temporary files are
+/// removed.
 pub fn pack(
     cfg: &Config,
     index: &TensorIndex,
@@ -627,12 +628,7 @@ pub fn pack(
     progress: &mut dyn FnMut(&PackProgress),
 ) -> Result<PackSummary> {
     let trunk = PackedTrunk::plan(cfg, index)?;
-    std::fs::create_dir_all(out_dir).map_err(|e| {
-        Error::invalid(format!(
-            "{}: cannot create the output directory: {e}",
-            out_dir.display()
-        ))
-    })?;
+    check_out_dir(out_dir)?;
     let bin_tmp = out_dir.join(format!("{TRUNK_BIN}{TMP_SUFFIX}"));
     let json_tmp = out_dir.join(format!("{TRUNK_JSON}{TMP_SUFFIX}"));
     let res = write_files(cfg, index, &trunk, out_dir, &bin_tmp, &json_tmp, progress);
@@ -648,6 +644,33 @@ pub fn pack(
         seconds,
         direct,
     })
+}
+
+/// Creates `out_dir` if needed and checks that files can be created in it (by creating and
+/// removing `trunk.bin.tmp`), so that an unwritable output directory is found before any
+/// shard is read.
+///
+/// Errors (exit 2): the directory cannot be created or written, naming it; exit 3 if the disk
+/// is already full.
+pub fn check_out_dir(out_dir: &Path) -> Result<()> {
+    let bad = |e: &std::io::Error, what: &str| {
+        if matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)) {
+            Error::resources(format!(
+                "{}: {what}: {e} (not enough disk space for the packed trunk)",
+                out_dir.display()
+            ))
+        } else {
+            Error::invalid(format!(
+                "pack-trunk: output directory {}: {what}: {e}; give a writable directory",
+                out_dir.display()
+            ))
+        }
+    };
+    std::fs::create_dir_all(out_dir).map_err(|e| bad(&e, "cannot create the directory"))?;
+    let probe = out_dir.join(format!("{TRUNK_BIN}{TMP_SUFFIX}"));
+    std::fs::File::create(&probe).map_err(|e| bad(&e, "cannot create files in it"))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
 }
 
 fn write_error(path: &Path, what: &str, e: std::io::Error) -> Error {
