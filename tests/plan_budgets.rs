@@ -257,3 +257,46 @@ fn pinned_set_minimises_streamed_bytes() {
     let pinned: Vec<usize> = (0..8).filter(|&l| c.pinned[l]).collect();
     assert_eq!(pinned, [1, 4, 6]);
 }
+
+/// `gb` never shows a non-zero size as zero, and `gb_pair` never shows two different sizes
+/// the same (so a refusal never says "the budget X is below the minimum X" or "short by 0").
+#[test]
+fn size_formatting_never_hides_a_difference() {
+    use k3::plan::{gb, gb_pair};
+    assert_eq!(gb(0), "0 bytes");
+    assert_eq!(gb(76), "76 bytes");
+    assert_eq!(gb(24_576), "24.6 kB");
+    assert_eq!(gb(5_300_000), "5.3 MB");
+    assert_eq!(gb(24_000_000), "0.024 GB");
+    assert_eq!(gb(108_810_000_000), "108.8 GB");
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for _ in 0..20_000 {
+        let scale = 10u64.pow((next() % 13) as u32);
+        let a = next() % (10 * scale) + 1;
+        let b = a + next() % (1 + scale / 1000).max(1) + 1;
+        for v in [a, b, b - a] {
+            let t = gb(v);
+            let n: f64 = t.split_whitespace().next().unwrap().parse().unwrap();
+            assert!(n > 0.0, "{v} bytes reads as {t}");
+        }
+        let (sa, sb) = gb_pair(a, b);
+        assert_ne!(sa, sb, "{a} vs {b}");
+        let (sb2, sa2) = gb_pair(b, a);
+        assert_eq!((sa2, sb2), (sa, sb));
+    }
+    // the reported cases
+    assert_eq!(
+        gb_pair(24_000_000, 24_468_759),
+        ("0.0240 GB".to_string(), "0.0245 GB".to_string())
+    );
+    assert_eq!(
+        gb_pair(24_570, 24_576),
+        ("24570 bytes".to_string(), "24576 bytes".to_string())
+    );
+}

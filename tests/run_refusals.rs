@@ -331,3 +331,121 @@ fn non_finite_logits_name_the_position() {
     let o = run_k3([dir.to_str().unwrap(), "--ids", "1,2,3", "--gen", "2"]);
     assert!(o.stdout.is_empty(), "no token may be printed");
 }
+
+/// ENGINE.md §3: a `--stop-id` outside the vocabulary can never stop the run: refused (exit 2)
+/// naming the flag, the value and the vocabulary size, before any work.
+#[test]
+fn stop_id_outside_the_vocabulary() {
+    for id in ["512", "600", "99999999"] {
+        let (code, err) = fails(&fixture("tiny-k3"), &["--stop-id", "5", "--stop-id", id]);
+        assert_eq!(code, 2, "{id}: {err}");
+        assert!(
+            err.contains(&format!("flag `--stop-id {id}`"))
+                && err.contains("outside the vocabulary")
+                && err.contains("vocab_size 512"),
+            "{id}: {err}"
+        );
+    }
+    // the last id of the vocabulary is fine
+    let o = run_k3([
+        fixture("tiny-k3").to_str().unwrap(),
+        "--ids",
+        "1,2",
+        "--gen",
+        "1",
+        "--stop-id",
+        "511",
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// A tokenizer whose size differs from the config's vocab_size: the message names both the
+/// tokenizer directory and the config file.
+#[test]
+fn tokenizer_of_another_vocabulary_names_both_sides() {
+    let tok = fixture("tiny-k3-text");
+    let o = run_k3([
+        fixture("tiny-k3").to_str().unwrap(),
+        "--prompt",
+        "hi",
+        "--tok",
+        tok.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    let cfg = fixture("tiny-k3").join("config.json");
+    assert!(
+        err.contains(cfg.to_str().unwrap())
+            && err.contains(tok.to_str().unwrap())
+            && err.contains("vocab_size 512")
+            && err.contains("163840"),
+        "{err}"
+    );
+}
+
+/// Every figure of a budget refusal is printed with enough digits that the budget and its
+/// minimum never read the same and a shortfall never reads as zero (sizes near the limits of
+/// tiny-k3-text: the whole-process minimum, the expert cache's top-k slots, the trunk's ring).
+#[test]
+fn budget_refusals_never_read_as_equal_or_zero() {
+    let text = fixture("tiny-k3-text");
+    let sizes = |err: &str| -> Vec<String> {
+        // "<number> <unit>" figures in the message
+        let w: Vec<&str> = err.split_whitespace().collect();
+        w.windows(2)
+            .filter(|p| {
+                ["GB", "MB", "kB", "bytes"]
+                    .contains(&p[1].trim_end_matches([')', ',', ';', ':']))
+                    && p[0]
+                        .trim_start_matches('(')
+                        .parse::<f64>()
+                        .is_ok()
+            })
+            .map(|p| format!("{} {}", p[0].trim_start_matches('('), p[1]))
+            .collect()
+    };
+    for flags in [
+        ["--mem-gb", "0.024"],
+        ["--cache-gb", "0.0000245"],
+        ["--cache-gb", "0.00002457"],
+        ["--trunk-gb", "0.000045"],
+    ] {
+        let o = run_k3([
+            text.to_str().unwrap(),
+            "--ids",
+            "1",
+            "--gen",
+            "1",
+            "--quiet",
+            flags[0],
+            flags[1],
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert_eq!(o.status.code(), Some(3), "{flags:?}: {err}");
+        let short = err
+            .split("short by ")
+            .nth(1)
+            .map(|t| t.split([';', ',', ')']).next().unwrap().to_string());
+        if let Some(short) = &short {
+            let n: f64 = short.split_whitespace().next().unwrap().parse().unwrap();
+            assert!(n > 0.0, "{flags:?}: shortfall reads as zero: {err}");
+        }
+        let figs = sizes(&err);
+        assert!(figs.len() >= 2, "{flags:?}: {figs:?} in {err}");
+        // the first two figures are the budget and the minimum it is compared with
+        assert_ne!(figs[0], figs[1], "{flags:?}: {err}");
+        assert!(!err.contains(" 0.0 MB") && !err.contains(" 0.000 GB"), "{err}");
+    }
+    // A positive flag value below one byte is refused as such, not shown as a budget of 0.
+    let o = run_k3([
+        text.to_str().unwrap(),
+        "--ids",
+        "1",
+        "--cache-gb",
+        "1e-12",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--cache-gb 1e-12") && err.contains("less than one byte"), "{err}");
+}
