@@ -29,11 +29,9 @@ const SPECS: &[Spec] = &[
 
 /// Runs the subcommand; `argv` excludes `pack-trunk` itself.
 pub fn run(argv: &[OsString]) -> Result<()> {
-    let args = Args::parse(argv, SPECS)?;
-    if args.switch("help") {
-        print!("{USAGE}");
+    let Some(args) = Args::parse_or_help(argv, SPECS, USAGE)? else {
         return Ok(());
-    }
+    };
     let (model_dir, out_dir) = match args.positional.as_slice() {
         [m, o] => (PathBuf::from(m), PathBuf::from(o)),
         _ => {

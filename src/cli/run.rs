@@ -149,11 +149,9 @@ fn gb_flag(a: &Args, name: &str) -> Result<Option<u64>> {
 }
 
 fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
-    let a = Args::parse(argv, SPECS)?;
-    if a.switch("help") {
-        print!("{RUN_USAGE}");
+    let Some(a) = Args::parse_or_help(argv, SPECS, RUN_USAGE)? else {
         return Ok(None);
-    }
+    };
     if a.positional.len() != 1 {
         return Err(Error::invalid(format!(
             "run: expected one model directory, found {} positional arguments (see k3 --help)",

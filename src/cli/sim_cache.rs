@@ -61,11 +61,9 @@ struct Variant {
 
 /// Runs the subcommand; `argv` excludes `sim-cache` itself.
 pub fn run(argv: &[OsString]) -> Result<()> {
-    let args = Args::parse(argv, SPECS)?;
-    if args.switch("help") {
-        print!("{USAGE}");
+    let Some(args) = Args::parse_or_help(argv, SPECS, USAGE)? else {
         return Ok(());
-    }
+    };
     let trace_path = match args.positional.as_slice() {
         [p] => PathBuf::from(p),
         [] => {
