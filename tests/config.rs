@@ -818,7 +818,7 @@ fn refuse_bad_shapes_of_the_document() {
     assert_eq!(e.exit_code(), 2);
     assert!(
         e.message
-            .starts_with("cfg/config.json: invalid JSON at byte 26: a JSON value"),
+            .starts_with("cfg/config.json: invalid JSON at byte 26: expected a JSON value, found '}'"),
         "{}",
         e.message
     );

@@ -244,7 +244,7 @@ fn malformed_headers_exit_2_with_precise_messages() {
                     h.replacen("input_layernorm", "input_\\udc00layernorm", 1)
                 })
             },
-            "no lone low surrogate escape",
+            "lone low surrogate escape \\uDC00",
         ),
         (
             "duplicate",

@@ -173,7 +173,7 @@ fn structural_errors_give_offset_and_expectation() {
 fn duplicate_keys_are_errors_small_and_large_objects() {
     let e = err(r#"{"a":1, "b":2, "a":3}"#);
     assert_eq!(e.offset, 15);
-    assert!(e.expected.contains("duplicate member name \"a\""), "{e}");
+    assert_eq!(e.expected, "duplicate member name \"a\"", "{e}");
     // Past the linear-scan threshold the set-based check must still catch it.
     let mut s = String::from("{");
     for i in 0..40 {
@@ -196,10 +196,10 @@ fn nesting_limit() {
     let too_deep = "[".repeat(129) + &"]".repeat(129);
     let e = err(&too_deep);
     assert_eq!(e.offset, 128);
-    assert!(e.expected.contains("nesting depth"), "{e}");
+    assert!(e.expected.contains("nesting deeper than 128"), "{e}");
     // Far deeper input fails the same way, without exhausting the stack.
     let huge = "{\"a\":".repeat(100_000);
-    assert!(err(&huge).expected.contains("nesting depth"));
+    assert!(err(&huge).expected.contains("nesting deeper than 128"));
     let e = json::parse_with_max_depth(b"[[1]]", 1).unwrap_err();
     assert_eq!(e.offset, 1);
 }
@@ -325,4 +325,77 @@ fn large_header_scans() {
     }
     sc.finish().unwrap();
     assert_eq!(n, 497_220);
+}
+
+/// Every scanner error reads "expected …, found …", or states the problem: a duplicate member
+/// name, nesting deeper than the limit, an unescaped control character, a lone low surrogate.
+/// Never a bare expectation ("valid UTF-8") or a negated one ("no duplicate …").
+#[test]
+fn every_error_reads_expected_found_or_names_the_problem() {
+    let problems = [
+        "duplicate member name \"",
+        "nesting deeper than ",
+        "unescaped control character U+",
+        "lone low surrogate escape \\u",
+    ];
+    let inputs: &[&[u8]] = &[
+        b"",
+        b"   ",
+        b"{",
+        b"{\"a\" 1}",
+        b"{\"a\":1,}",
+        b"{\"a\":1 \"b\":2}",
+        b"[1,]",
+        b"[1 2]",
+        b"[1,2",
+        b"{} x",
+        b"tru",
+        b"nul",
+        b"{1:2}",
+        b"-",
+        b"1.",
+        b"1e",
+        b"01",
+        b"\"abc",
+        b"\"a\\",
+        b"\"\\q\"",
+        b"\"\\u12\"",
+        b"\"\\ud800\"",
+        b"\"\\ud800\\u0041\"",
+        b"\"\\udc00\"",
+        b"\"a\nb\"",
+        b"\"ab\xff\"",
+        b"\"ab\xe2\x82",
+        b"{\"a\":1,\"a\":2}",
+        b"[[[[1]]]]",
+        b"{\"a\":1}\xc3\xa9",
+        b"\xc3\xa9",
+    ];
+    for input in inputs {
+        let e = match json::parse_with_max_depth(input, 3) {
+            Ok(v) => panic!("{input:?} parsed as {v:?}"),
+            Err(e) => e,
+        };
+        let m = &e.expected;
+        let ok = (m.starts_with("expected ") && m.contains(", found "))
+            || problems.iter().any(|p| m.starts_with(p));
+        assert!(ok, "{:?}: {m}", String::from_utf8_lossy(input));
+        assert!(!m.starts_with("no "), "{m}");
+    }
+    // The reported cases, with their offsets.
+    let e = json::parse(b"{\"a\":1}   \xff\x00").unwrap_err();
+    assert_eq!(e.offset, 10);
+    assert_eq!(e.expected, "expected UTF-8 text, found byte 0xff");
+    let e = json::parse(b"{} \xc3\xa9").unwrap_err();
+    assert_eq!(
+        e.expected,
+        "expected end of input after the top-level value, found '\u{e9}' (U+00E9)"
+    );
+    let e = json::parse(b"[1,]").unwrap_err();
+    assert_eq!(e.expected, "expected an array element after ',', found ']'");
+    let e = json::parse(b"\"a\nb\"").unwrap_err();
+    assert_eq!(e.offset, 2);
+    assert!(e.expected.starts_with("unescaped control character U+000A"), "{e}");
+    let e = json::JsonError::new(5, "expected a digit, found 'x'").into_error("f.json", 8);
+    assert_eq!(e.message, "f.json: invalid JSON at byte 13: expected a digit, found 'x'");
 }

@@ -378,7 +378,20 @@ fn malformed_json_and_structure() {
     // Invalid UTF-8 in the header.
     let mut f = raw_safetensors("{\"aX\":{}}", &[]);
     f[8 + 3] = 0xff;
-    refused(&f, &["invalid JSON at byte 11: valid UTF-8"]);
+    refused(
+        &f,
+        &["invalid JSON at byte 11: expected UTF-8 text, found byte 0xff"],
+    );
+    // A header length N that is 8 too large reads tensor bytes as header: the message says
+    // what was found and that N may be wrong (not just "valid UTF-8").
+    for data in [[0xffu8; 8], *b"abcdefgh"] {
+        let h = "{\"a\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]}}";
+        let mut f = raw_safetensors(h, &[data, data].concat());
+        let n = u64::from_le_bytes(f[..8].try_into().unwrap()) + 8;
+        f[..8].copy_from_slice(&n.to_le_bytes());
+        let at = format!("invalid JSON at byte {}: expected ", 8 + h.len().div_ceil(8) * 8);
+        refused(&f, &[at.as_str(), ", found ", "header length N in bytes 0..8 may be wrong"]);
+    }
     // Other members of a tensor object are ignored; trailing spaces are fine.
     let h =
         "{\"a\":{\"dtype\":\"U8\",\"x\":{\"y\":[1,2]},\"shape\":[1],\"data_offsets\":[0,1]}}   ";
