@@ -186,7 +186,16 @@ fn refuse_index_file_disagreeing_with_shards() {
             "model-00099-of-00099.safetensors",
         );
     });
-    open_err(&dir, &["is not listed", "lm_head"]);
+    // (it is listed: the message says under which shard, and that the shard does not exist)
+    let m = open_err(
+        &dir,
+        &[
+            INDEX_FILE,
+            "maps tensor \"language_model.lm_head.weight\" to shard model-00099-of-00099.safetensors, which does not exist",
+            "the tensor is in shard model-0000",
+        ],
+    );
+    assert!(!m.contains("not listed"), "{m}");
 }
 
 #[test]

@@ -209,3 +209,103 @@ fn a_foreign_trunk_json_of_the_same_layout_is_accepted() {
     assert_eq!(a.hash(), b.hash());
     assert_eq!(b.json()["trunk"]["packed"], true);
 }
+
+/// ENGINE.md §3: an unwritable output directory is invalid input (exit 2) whether it exists or
+/// must be created, found before any shard is read (so a broken model directory is not even
+/// looked at). /sys refuses new files and directories even to root (Linux sysfs); elsewhere a
+/// read-only directory stands in when not running as root.
+#[test]
+fn an_unwritable_output_directory_is_exit_2_before_any_shard_is_read() {
+    let model = fixture("tiny-k3");
+    // a model directory whose shards cannot be read at all: the output check comes first
+    let broken = scratch_dir("pack_ro_broken_model");
+    std::fs::write(broken.join("config.json"), "{").unwrap();
+    let mut cases: Vec<std::path::PathBuf> = Vec::new();
+    let sys = Path::new("/sys");
+    if sys.is_dir() && std::fs::File::create(sys.join("k3-probe")).is_err() {
+        cases.push(sys.to_path_buf()); // exists, read-only
+        cases.push(sys.join("k3-new/out")); // to be created on a read-only file system
+    }
+    let ro = scratch_dir("pack_ro_dir");
+    let mut perm = std::fs::metadata(&ro).unwrap().permissions();
+    perm.set_readonly(true);
+    std::fs::set_permissions(&ro, perm).unwrap();
+    if std::fs::File::create(ro.join("probe")).is_err() {
+        cases.push(ro.clone());
+        cases.push(ro.join("new"));
+    } else {
+        let _ = std::fs::remove_file(ro.join("probe"));
+        eprintln!("note: running as root, a read-only directory is writable: /sys cases only");
+    }
+    if cases.is_empty() {
+        eprintln!("SKIPPED: no unwritable directory available (no /sys, and running as root)");
+        return;
+    }
+    for out in &cases {
+        for m in [&model, &broken] {
+            let o = pack(m, out);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{}: {err}", out.display());
+            assert!(
+                err.contains("output directory") && err.contains(out.to_str().unwrap()),
+                "{}: {err}",
+                out.display()
+            );
+        }
+    }
+    let mut perm = std::fs::metadata(&ro).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perm.set_readonly(false);
+    std::fs::set_permissions(&ro, perm).unwrap();
+}
+
+/// Packing into a directory that holds another model's packed trunk replaces it, and says so
+/// (not an error); the result is this model's trunk.
+#[test]
+fn packing_over_another_models_trunk_replaces_it_and_says_so() {
+    let out = scratch_dir("pack_replace");
+    let o = pack(&fixture("tiny-k3-text"), &out);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("replacing"));
+    let o = pack(&fixture("tiny-k3"), &out);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("already holds a packed trunk")
+            && err.contains("another model or layout")
+            && err.contains("replacing it"),
+        "{err}"
+    );
+    let v: Value = serde_json::from_slice(&std::fs::read(out.join("trunk.json")).unwrap()).unwrap();
+    assert_eq!(v["n_layers"], 13);
+    // the same model again: still said, as this model's layout
+    let o = pack(&fixture("tiny-k3"), &out);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && err.contains("of this model's layout"), "{err}");
+    let mut names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["trunk.bin", "trunk.json"]);
+}
+
+/// A full disk while packing is exit 3 naming the file and offset, and leaves nothing behind.
+/// Simulated by making the temporary `trunk.bin.tmp` a link to /dev/full (Linux: ENOSPC).
+#[test]
+fn a_full_disk_while_packing_is_exit_3() {
+    if !Path::new("/dev/full").exists() {
+        eprintln!("SKIPPED: /dev/full (writes fail with ENOSPC) is not available on this platform");
+        return;
+    }
+    let out = scratch_dir("pack_full");
+    std::os::unix::fs::symlink("/dev/full", out.join("trunk.bin.tmp")).unwrap();
+    let o = pack(&fixture("tiny-k3"), &out);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("trunk.bin.tmp") && err.contains("offset 0") && err.contains("disk space"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
+}

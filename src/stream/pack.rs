@@ -647,7 +647,7 @@ pub fn pack(
 }
 
 /// Creates `out_dir` if needed and checks that files can be created in it (by creating and
-/// removing `trunk.bin.tmp`), so that an unwritable output directory is found before any
+/// removing a probe file), so that an unwritable output directory is found before any
 /// shard is read.
 ///
 /// Errors (exit 2): the directory cannot be created or written, naming it; exit 3 if the disk
@@ -667,7 +667,7 @@ pub fn check_out_dir(out_dir: &Path) -> Result<()> {
         }
     };
     std::fs::create_dir_all(out_dir).map_err(|e| bad(&e, "cannot create the directory"))?;
-    let probe = out_dir.join(format!("{TRUNK_BIN}{TMP_SUFFIX}"));
+    let probe = out_dir.join(format!(".k3-probe-{}{TMP_SUFFIX}", std::process::id()));
     std::fs::File::create(&probe).map_err(|e| bad(&e, "cannot create files in it"))?;
     let _ = std::fs::remove_file(&probe);
     Ok(())
