@@ -585,10 +585,7 @@ impl<'a> Scanner<'a> {
         let k = self.peek()?;
         if k != want {
             let at = at.max(self.pos);
-            return self.err(
-                at,
-                format!("expected {}, found {}", want.name(), k.name()),
-            );
+            return self.err(at, format!("expected {}, found {}", want.name(), k.name()));
         }
         Ok(())
     }

@@ -21,7 +21,10 @@ fn every_subcommand_prints_its_usage_on_help() {
     let top = run_k3(["--help"]);
     let top = String::from_utf8_lossy(&top.stdout).to_string();
     for cmd in SUBCOMMANDS {
-        assert!(top.contains(&format!("k3 {cmd}")), "{cmd} missing from k3 --help:\n{top}");
+        assert!(
+            top.contains(&format!("k3 {cmd}")),
+            "{cmd} missing from k3 --help:\n{top}"
+        );
     }
     for cmd in SUBCOMMANDS {
         for args in [vec![*cmd, "--help"], vec![*cmd, "--bogus", "--help"]] {
@@ -41,9 +44,23 @@ fn every_subcommand_prints_its_usage_on_help() {
 #[test]
 fn help_as_a_flag_value_is_a_value() {
     let tok = support::fixture("tiny-k3-text");
-    let o = run_k3(["tokenize", "--tok", tok.to_str().unwrap(), "--text", "--help"]);
+    let o = run_k3([
+        "tokenize",
+        "--tok",
+        tok.to_str().unwrap(),
+        "--text",
+        "--help",
+    ]);
     let out = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert!(!out.contains("usage"), "{out}");
-    assert!(out.trim().split(',').all(|t| t.parse::<u32>().is_ok()), "{out}");
+    assert!(
+        out.trim().split(',').all(|t| t.parse::<u32>().is_ok()),
+        "{out}"
+    );
 }

@@ -817,8 +817,9 @@ fn refuse_bad_shapes_of_the_document() {
     let e = Config::from_json(b"{\"hidden_size\": 12,\n \"x\": }", "cfg/config.json").unwrap_err();
     assert_eq!(e.exit_code(), 2);
     assert!(
-        e.message
-            .starts_with("cfg/config.json: invalid JSON at byte 26: expected a JSON value, found '}'"),
+        e.message.starts_with(
+            "cfg/config.json: invalid JSON at byte 26: expected a JSON value, found '}'"
+        ),
         "{}",
         e.message
     );

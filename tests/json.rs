@@ -395,7 +395,13 @@ fn every_error_reads_expected_found_or_names_the_problem() {
     assert_eq!(e.expected, "expected an array element after ',', found ']'");
     let e = json::parse(b"\"a\nb\"").unwrap_err();
     assert_eq!(e.offset, 2);
-    assert!(e.expected.starts_with("unescaped control character U+000A"), "{e}");
+    assert!(
+        e.expected.starts_with("unescaped control character U+000A"),
+        "{e}"
+    );
     let e = json::JsonError::new(5, "expected a digit, found 'x'").into_error("f.json", 8);
-    assert_eq!(e.message, "f.json: invalid JSON at byte 13: expected a digit, found 'x'");
+    assert_eq!(
+        e.message,
+        "f.json: invalid JSON at byte 13: expected a digit, found 'x'"
+    );
 }

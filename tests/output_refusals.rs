@@ -94,7 +94,10 @@ fn bad_output_paths_are_refused_before_the_run() {
     // A trace directory that is a file.
     let (code, out, err) = run(&["--dump-cache-trace", s(&ro)]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("--dump-cache-trace") && err.contains(s(&ro)), "{err}");
+    assert!(
+        err.contains("--dump-cache-trace") && err.contains(s(&ro)),
+        "{err}"
+    );
     assert!(out.is_empty(), "{out}");
     assert_eq!(listing(&dir), vec!["ro.json"]);
 }
@@ -115,7 +118,10 @@ fn unwritable_output_directories_are_refused_before_the_run() {
     ] {
         let (code, out, err) = run(&[flag, path]);
         assert_eq!(code, 2, "{flag}: {err}");
-        assert!(err.contains(&format!("flag `{flag} ")) && err.contains(path), "{err}");
+        assert!(
+            err.contains(&format!("flag `{flag} ")) && err.contains(path),
+            "{err}"
+        );
         assert!(out.is_empty(), "{flag}: the run went ahead: {out}");
     }
 }
@@ -127,7 +133,10 @@ fn out_and_dump_logits_on_the_same_file_are_refused() {
     let p = dir.join("x");
     let (code, _, err) = run(&["--out", s(&p), "--dump-logits", s(&p)]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("--out") && err.contains("--dump-logits"), "{err}");
+    assert!(
+        err.contains("--out") && err.contains("--dump-logits"),
+        "{err}"
+    );
 }
 
 /// A full disk while writing the logits dump or the report: exit 3 naming what was written

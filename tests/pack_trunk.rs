@@ -281,7 +281,10 @@ fn packing_over_another_models_trunk_replaces_it_and_says_so() {
     // the same model again: still said, as this model's layout
     let o = pack(&fixture("tiny-k3"), &out);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success() && err.contains("of this model's layout"), "{err}");
+    assert!(
+        o.status.success() && err.contains("of this model's layout"),
+        "{err}"
+    );
     let mut names: Vec<String> = std::fs::read_dir(&out)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

@@ -395,12 +395,8 @@ fn budget_refusals_never_read_as_equal_or_zero() {
         let w: Vec<&str> = err.split_whitespace().collect();
         w.windows(2)
             .filter(|p| {
-                ["GB", "MB", "kB", "bytes"]
-                    .contains(&p[1].trim_end_matches([')', ',', ';', ':']))
-                    && p[0]
-                        .trim_start_matches('(')
-                        .parse::<f64>()
-                        .is_ok()
+                ["GB", "MB", "kB", "bytes"].contains(&p[1].trim_end_matches([')', ',', ';', ':']))
+                    && p[0].trim_start_matches('(').parse::<f64>().is_ok()
             })
             .map(|p| format!("{} {}", p[0].trim_start_matches('('), p[1]))
             .collect()
@@ -435,17 +431,17 @@ fn budget_refusals_never_read_as_equal_or_zero() {
         assert!(figs.len() >= 2, "{flags:?}: {figs:?} in {err}");
         // the first two figures are the budget and the minimum it is compared with
         assert_ne!(figs[0], figs[1], "{flags:?}: {err}");
-        assert!(!err.contains(" 0.0 MB") && !err.contains(" 0.000 GB"), "{err}");
+        assert!(
+            !err.contains(" 0.0 MB") && !err.contains(" 0.000 GB"),
+            "{err}"
+        );
     }
     // A positive flag value below one byte is refused as such, not shown as a budget of 0.
-    let o = run_k3([
-        text.to_str().unwrap(),
-        "--ids",
-        "1",
-        "--cache-gb",
-        "1e-12",
-    ]);
+    let o = run_k3([text.to_str().unwrap(), "--ids", "1", "--cache-gb", "1e-12"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("--cache-gb 1e-12") && err.contains("less than one byte"), "{err}");
+    assert!(
+        err.contains("--cache-gb 1e-12") && err.contains("less than one byte"),
+        "{err}"
+    );
 }

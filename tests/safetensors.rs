@@ -389,8 +389,18 @@ fn malformed_json_and_structure() {
         let mut f = raw_safetensors(h, &[data, data].concat());
         let n = u64::from_le_bytes(f[..8].try_into().unwrap()) + 8;
         f[..8].copy_from_slice(&n.to_le_bytes());
-        let at = format!("invalid JSON at byte {}: expected ", 8 + h.len().div_ceil(8) * 8);
-        refused(&f, &[at.as_str(), ", found ", "header length N in bytes 0..8 may be wrong"]);
+        let at = format!(
+            "invalid JSON at byte {}: expected ",
+            8 + h.len().div_ceil(8) * 8
+        );
+        refused(
+            &f,
+            &[
+                at.as_str(),
+                ", found ",
+                "header length N in bytes 0..8 may be wrong",
+            ],
+        );
     }
     // Other members of a tensor object are ignored; trailing spaces are fine.
     let h =

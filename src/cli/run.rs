@@ -288,7 +288,11 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
         Some(p) => Some(OutFile::create("--dump-logits", p, "the logits dump")?),
         None => None,
     };
-    let (full_recompute, quiet, isa) = (a.switch("full-recompute"), a.switch("quiet"), a.value("isa")?);
+    let (full_recompute, quiet, isa) = (
+        a.switch("full-recompute"),
+        a.switch("quiet"),
+        a.value("isa")?,
+    );
     Ok(Some(Request {
         config: a
             .value_os("config")
@@ -383,12 +387,7 @@ impl Dump {
     }
 }
 
-fn execute(
-    req: &Request,
-    dump: Option<OutFile>,
-    rep: &mut RunReport,
-    wall: Instant,
-) -> Result<()> {
+fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Instant) -> Result<()> {
     let quiet = req.quiet;
     let say = |s: &str| {
         if !quiet {

@@ -128,14 +128,19 @@ impl OutFile {
 
     /// Appends `bytes`. Errors: exit 3 on a full disk or quota, else exit 4 (module docs).
     pub fn write_all(&mut self, bytes: &[u8]) -> Result<()> {
-        let w = self
-            .w
-            .as_mut()
-            .ok_or_else(|| Error::internal(format!("{}: written after commit", self.path.display())))?;
+        let w = self.w.as_mut().ok_or_else(|| {
+            Error::internal(format!("{}: written after commit", self.path.display()))
+        })?;
         // On failure the buffer keeps what did not reach the file: the offset is its start.
         let written = self.written;
-        w.write_all(bytes)
-            .map_err(|e| write_error(&self.path, self.what, written.saturating_sub(w.buffer().len() as u64), &e))?;
+        w.write_all(bytes).map_err(|e| {
+            write_error(
+                &self.path,
+                self.what,
+                written.saturating_sub(w.buffer().len() as u64),
+                &e,
+            )
+        })?;
         self.written += bytes.len() as u64;
         Ok(())
     }
@@ -149,14 +154,9 @@ impl OutFile {
             .ok_or_else(|| Error::internal(format!("{}: committed twice", self.path.display())))?;
         // The offset of a failed flush is not known exactly: name where the buffer started.
         let buffered = w.buffer().len() as u64;
-        let f = w.into_inner().map_err(|e| {
-            write_error(
-                &self.path,
-                self.what,
-                self.written - buffered,
-                e.error(),
-            )
-        })?;
+        let f = w
+            .into_inner()
+            .map_err(|e| write_error(&self.path, self.what, self.written - buffered, e.error()))?;
         f.sync_all()
             .map_err(|e| write_error(&self.path, self.what, self.written, &e))?;
         drop(f);
@@ -180,5 +180,85 @@ impl Drop for OutFile {
             self.w = None;
             let _ = std::fs::remove_file(&self.tmp);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("k3-out-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn committed_output_appears_only_at_commit() {
+        let d = scratch("commit");
+        let p = d.join("x.bin");
+        let mut f = OutFile::create("--x", &p, "the test output").unwrap();
+        assert!(tmp_path(&p).is_file() && !p.exists());
+        f.write_all(b"abc").unwrap();
+        assert_eq!(f.written(), 3);
+        f.commit().unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"abc");
+        assert!(!tmp_path(&p).exists());
+        // dropped without commit: the temporary goes, the old final file stays
+        let mut f = OutFile::create("--x", &p, "the test output").unwrap();
+        f.write_all(b"partial").unwrap();
+        drop(f);
+        assert_eq!(std::fs::read(&p).unwrap(), b"abc");
+        assert!(!tmp_path(&p).exists());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn full_disk_is_resources_other_write_errors_io() {
+        let p = Path::new("/x/y.f32");
+        for (errno, code) in [(libc::ENOSPC, 3), (libc::EDQUOT, 3), (libc::EIO, 4)] {
+            let e = write_error(
+                p,
+                "the logits dump",
+                4096,
+                &std::io::Error::from_raw_os_error(errno),
+            );
+            assert_eq!(e.exit_code(), code, "{e}");
+            assert!(
+                e.message
+                    .starts_with("/x/y.f32: writing the logits dump failed at byte offset 4096"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn enospc_on_write_or_commit_removes_the_temporary() {
+        if std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .is_err()
+        {
+            eprintln!("SKIPPED: /dev/full is not available on this platform");
+            return;
+        }
+        let d = scratch("full");
+        for big in [false, true] {
+            let p = d.join(format!("x{big}"));
+            std::os::unix::fs::symlink("/dev/full", tmp_path(&p)).unwrap();
+            let mut f = OutFile::create("--x", &p, "the test output").unwrap();
+            // a write larger than the buffer fails in write_all, a small one at commit
+            let n = if big { 1 << 20 } else { 10 };
+            let r = f.write_all(&vec![1u8; n]).and_then(|()| f.commit());
+            let e = r.unwrap_err();
+            assert_eq!(e.exit_code(), 3, "{e}");
+            assert!(
+                e.message.contains("the test output") && e.message.contains("byte offset 0"),
+                "{e}"
+            );
+            assert!(!p.exists() && std::fs::symlink_metadata(tmp_path(&p)).is_err());
+        }
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }
