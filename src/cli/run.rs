@@ -530,7 +530,7 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
     if layers == d.nl {
         census.check(&req.model_dir.display().to_string())?;
     }
-    let want_all = req.dump_logits.is_some() || req.gen == 0;
+    let want_all = dump.is_some() || req.gen == 0;
     // Layouts (no tensor read), the packed trunk (validated), then the plan: all before any
     // large allocation.
     let prep = bind::prepare(&index, &cfg, layers)?;
