@@ -5,9 +5,9 @@
 //! [`plan_run`] turns a budget — `auto` (from what is available), a preset of ENGINE.md §4, or
 //! `--mem-gb`, with `--trunk-gb`, `--cache-gb`, `--trunk-ring` overriding parts — into the
 //! streaming configuration: which trunk layers are pinned and how many ring slots of what
-//! size stream the rest ([`choose_trunk`], the fixed point), whether the model tables are
-//! resident or streamed, and how many expert-cache slots there are. [`MemoryPlan::resident`]
-//! is the plan of the plain resident engine.
+//! size stream the rest ([`choose_trunk`], the fixed point), how many lm_head rows are resident
+//! and whether the embedding table is ([`TablesPlan`]), and how many expert-cache slots there
+//! are. [`MemoryPlan::resident`] is the plan of the plain resident engine.
 
 use crate::error::{Error, Result};
 use crate::model::state::DecodeState;
