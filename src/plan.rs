@@ -5,9 +5,9 @@
 //! [`plan_run`] turns a budget — `auto` (from what is available), a preset of ENGINE.md §4, or
 //! `--mem-gb`, with `--trunk-gb`, `--cache-gb`, `--trunk-ring` overriding parts — into the
 //! streaming configuration: which trunk layers are pinned and how many ring slots of what
-//! size stream the rest ([`choose_trunk`], the fixed point), whether the model tables are
-//! resident or streamed, and how many expert-cache slots there are. [`MemoryPlan::resident`]
-//! is the plan of the plain resident engine.
+//! size stream the rest ([`choose_trunk`], the fixed point), how many lm_head rows are resident
+//! and whether the embedding table is ([`TablesPlan`]), and how many expert-cache slots there
+//! are. [`MemoryPlan::resident`] is the plan of the plain resident engine.
 
 use crate::error::{Error, Result};
 use crate::model::state::DecodeState;
@@ -21,8 +21,15 @@ pub struct MemoryPlan {
     /// Trunk ring slots (0 when every layer is pinned).
     pub trunk_ring: u64,
     /// `embed_tokens` + `lm_head` (+ the model-level vectors) when resident; the embedding row
-    /// window and the lm_head chunk slots when streamed.
+    /// window and the lm_head chunk slots when streamed; a resident lm_head prefix (rows
+    /// 0..[`MemoryPlan::lm_head_resident_rows`]) next to the chunk slots when partly resident.
     pub model_tables: u64,
+    /// lm_head rows held resident (a prefix 0..R; tied: of the one table), of
+    /// [`MemoryPlan::lm_head_rows`] = V.
+    pub lm_head_resident_rows: u64,
+    pub lm_head_rows: u64,
+    /// `embed_tokens` resident (tied: exactly when the whole table is).
+    pub embedding_resident: bool,
     /// Expert-cache slots (one routed expert each, with alignment slack).
     pub expert_cache: u64,
     /// KDA Sᵀ + conv history of the bound KDA layers (MODEL.md §7).
@@ -133,6 +140,9 @@ impl MemoryPlan {
             trunk_resident,
             trunk_ring: 0,
             model_tables,
+            lm_head_resident_rows: d.v as u64,
+            lm_head_rows: d.v as u64,
+            embedding_resident: true,
             expert_cache,
             kda_state,
             mla_cache,
@@ -177,6 +187,20 @@ impl MemoryPlan {
         Ok(())
     }
 
+    /// What the model-tables item holds: `lm_head rows resident R/V, embedding streamed`.
+    pub fn tables_desc(&self) -> String {
+        format!(
+            "lm_head rows resident {}/{}, embedding {}",
+            self.lm_head_resident_rows,
+            self.lm_head_rows,
+            if self.embedding_resident {
+                "resident"
+            } else {
+                "streamed"
+            }
+        )
+    }
+
     /// The plan as report lines (ENGINE.md §6).
     pub fn lines(&self) -> String {
         let avail = match self.available {
@@ -184,12 +208,13 @@ impl MemoryPlan {
             None => "unknown".to_string(),
         };
         format!(
-            "memory plan: total {} of {} available\n  trunk resident {}, trunk ring {}, model tables {}, expert cache {}, KDA state {}, MLA cache {}, scratch {}, tensor index {}, tokenizer {}",
+            "memory plan: total {} of {} available\n  trunk resident {}, trunk ring {}, model tables {} ({}), expert cache {}, KDA state {}, MLA cache {}, scratch {}, tensor index {}, tokenizer {}",
             gb(self.total),
             avail,
             gb(self.trunk_resident),
             gb(self.trunk_ring),
             gb(self.model_tables),
+            self.tables_desc(),
             gb(self.expert_cache),
             gb(self.kda_state),
             gb(self.mla_cache),
@@ -313,7 +338,7 @@ pub fn preset(name: &str) -> Option<&'static Preset> {
 /// The `--list-presets` text.
 pub fn presets_text() -> String {
     let mut s = String::from(
-        "presets (--preset NAME; budgets in decimal GB; everything else — model tables, KDA state, MLA cache, scratch, index, tokenizer — is planned on top and shown):\n  auto          default: derived from MemAvailable and the cgroup limit, keeping a margin; trunk first until fully resident, then the model tables, then the expert cache\n",
+        "presets (--preset NAME; budgets in decimal GB; everything else — model tables, KDA state, MLA cache, scratch, index, tokenizer — is planned on top and shown):\n  auto          default: derived from MemAvailable and the cgroup limit, keeping a margin; trunk first until fully resident, then lm_head rows, then the expert cache, then the embedding table\n",
     );
     for p in PRESETS {
         s += &format!(
@@ -596,7 +621,7 @@ pub struct Budget {
 }
 
 /// The sizes of the model the planner needs (bytes unless said otherwise).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ModelSizes {
     /// Run length of each bound layer (the layer buffer).
     pub layer_runs: Vec<u64>,
@@ -626,6 +651,72 @@ pub struct ModelSizes {
     pub logits_rows: usize,
 }
 
+/// How the model tables are held (ENGINE.md §4; the tables line of §6): a prefix of lm_head
+/// rows resident (possibly all V, possibly none), the rest streamed in chunks through slots,
+/// and the embedding table resident or read row by row.
+///
+/// Why this order: a resident lm_head byte saves one byte read per decode token, an
+/// expert-cache slot beyond top-k saves only its hit rate (0.2–0.4 measured), and a resident
+/// embedding table saves 2·H bytes per token. Each logit is its own `dot`, so where a row comes
+/// from never changes a bit.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TablesPlan {
+    /// lm_head rows 0..R held resident (R = V: the whole table; tied: of the one table).
+    pub head_resident_rows: usize,
+    /// V.
+    pub vocab: usize,
+    /// `embed_tokens` resident. Tied: true exactly when the whole table is resident (rows
+    /// below R are then served from the resident prefix, the others read per token).
+    pub embed_resident: bool,
+    /// `tie_word_embeddings`: the lm_head is `embed_tokens`.
+    pub tied: bool,
+    /// Rows per streamed lm_head chunk.
+    pub chunk_rows: usize,
+    /// Chunk slots (0 when the whole lm_head is resident).
+    pub chunk_slots: usize,
+    /// Bytes: the plan's `model_tables` item.
+    pub bytes: u64,
+    /// Why, for the report.
+    pub reason: String,
+}
+
+impl TablesPlan {
+    /// True when anything of the tables is read during the run.
+    pub fn streamed(&self) -> bool {
+        self.head_resident_rows < self.vocab || !self.embed_resident
+    }
+    /// The tables line of the report (ENGINE.md §6).
+    pub fn line(&self) -> String {
+        let r = self.head_resident_rows;
+        let head = if r >= self.vocab {
+            format!("lm_head resident (all {} rows)", self.vocab)
+        } else if r == 0 {
+            format!(
+                "lm_head streamed (all {} rows, in chunks of {} rows through {} slots)",
+                self.vocab, self.chunk_rows, self.chunk_slots
+            )
+        } else {
+            format!(
+                "lm_head rows 0..{r} resident, rows {r}..{} streamed (chunks of {} rows through {} slots)",
+                self.vocab, self.chunk_rows, self.chunk_slots
+            )
+        };
+        let embed = match (self.tied, self.embed_resident) {
+            (true, true) => "embedding = lm_head (tied)".to_string(),
+            (true, false) => format!(
+                "embedding = lm_head (tied): rows below {r} from the resident prefix, the others read per token"
+            ),
+            (false, true) => "embedding resident".to_string(),
+            (false, false) => "embedding rows read per token".to_string(),
+        };
+        format!(
+            "model tables: {}; {head}; {embed}; {}",
+            gb(self.bytes),
+            self.reason
+        )
+    }
+}
+
 /// The streaming configuration of a run and its memory plan.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunPlan {
@@ -639,10 +730,8 @@ pub struct RunPlan {
     pub trunk_budget: u64,
     /// The pinned set and ring.
     pub trunk: TrunkChoice,
-    /// Model tables streamed (embedding rows read per token, lm_head through chunk slots).
-    pub tables_streamed: bool,
-    /// lm_head rows per chunk when streamed.
-    pub head_chunk_rows: usize,
+    /// The model tables: resident lm_head rows, chunk slots, embedding.
+    pub tables: TablesPlan,
     /// Expert-cache slots and bytes per slot.
     pub cache_slots: usize,
     pub cache_slot_bytes: u64,
@@ -661,6 +750,10 @@ pub const AUTO_MARGIN_MIN: u64 = 500_000_000;
 pub const PROCESS_BASELINE: u64 = 12 << 20;
 /// Target bytes of one lm_head chunk slot when the tables stream.
 pub const HEAD_CHUNK_BYTES: u64 = 32 << 20;
+/// lm_head chunk slots when some of the head streams: one chunk multiplied while the next is
+/// read. More slots would only read further ahead, and a slot's bytes are worth more as
+/// resident rows: a resident row is never read at all.
+pub const HEAD_CHUNK_SLOTS: usize = 2;
 
 impl ModelSizes {
     /// lm_head rows per chunk when streamed: about [`HEAD_CHUNK_BYTES`], and at most a quarter
@@ -669,16 +762,83 @@ impl ModelSizes {
         let by_bytes = (HEAD_CHUNK_BYTES / self.row.max(1)) as usize;
         by_bytes.min(self.vocab.div_ceil(4)).max(1)
     }
+    /// `tie_word_embeddings` (no separate lm_head).
+    pub fn tied(&self) -> bool {
+        self.lm_head == 0
+    }
+    /// Bytes of the lm_head table ([V, H] BF16; `embed_tokens` when tied).
+    pub fn head_bytes(&self) -> u64 {
+        if self.tied() {
+            self.embed
+        } else {
+            self.lm_head
+        }
+    }
+    /// Model tables with lm_head rows 0..`rows` resident (clamped to V) and the embedding
+    /// resident or not (ignored when tied): the resident prefix in one buffer, the chunk
+    /// slots unless every row is resident, the embedding table or a one-row window (tied: the
+    /// window unless every row is resident), and the model-level vectors. Buffers count as
+    /// [`buffer_bytes`] (they are read by widened direct reads).
+    pub fn tables_bytes(&self, rows: usize, embed_resident: bool) -> u64 {
+        let rows = rows.min(self.vocab);
+        let full = rows == self.vocab;
+        let head = if full {
+            buffer_bytes(self.head_bytes())
+        } else {
+            let prefix = if rows > 0 {
+                buffer_bytes(rows as u64 * self.row)
+            } else {
+                0
+            };
+            prefix
+                + HEAD_CHUNK_SLOTS as u64 * buffer_bytes(self.row * self.head_chunk_rows() as u64)
+        };
+        let embed = match (self.tied(), full, embed_resident) {
+            (true, true, _) => 0,
+            (true, false, _) | (false, _, false) => buffer_bytes(self.row),
+            (false, _, true) => buffer_bytes(self.embed),
+        };
+        head + embed + self.table_vectors
+    }
     /// Model tables resident: both tables + the model-level vectors.
     pub fn tables_resident(&self) -> u64 {
-        self.embed + self.lm_head + self.table_vectors
+        self.tables_bytes(self.vocab, true)
     }
-    /// Model tables streamed: one embedding row window + two lm_head chunk slots (read-ahead)
-    /// + the model-level vectors.
+    /// Model tables streamed: one embedding row window + the lm_head chunk slots + the
+    /// model-level vectors.
     pub fn tables_streamed(&self) -> u64 {
-        buffer_bytes(self.row)
-            + 2 * buffer_bytes(self.row * self.head_chunk_rows() as u64)
-            + self.table_vectors
+        self.tables_bytes(0, false)
+    }
+    /// The most lm_head rows (< V) a resident prefix of at most `bytes` holds.
+    pub fn head_rows_within(&self, bytes: u64) -> usize {
+        if self.row == 0 || self.vocab == 0 {
+            return 0;
+        }
+        let max = self.vocab - 1;
+        let mut r = ((bytes.saturating_sub(3 * crate::io::ALIGN as u64)) / self.row) as usize;
+        r = r.min(max);
+        while r < max && buffer_bytes((r as u64 + 1) * self.row) <= bytes {
+            r += 1;
+        }
+        while r > 0 && buffer_bytes(r as u64 * self.row) > bytes {
+            r -= 1;
+        }
+        r
+    }
+    /// The tables plan for `rows` resident lm_head rows and the embedding resident or not.
+    fn tables_plan(&self, rows: usize, embed_resident: bool, reason: String) -> TablesPlan {
+        let rows = rows.min(self.vocab);
+        let full = rows == self.vocab;
+        TablesPlan {
+            head_resident_rows: rows,
+            vocab: self.vocab,
+            embed_resident: if self.tied() { full } else { embed_resident },
+            tied: self.tied(),
+            chunk_rows: self.head_chunk_rows(),
+            chunk_slots: if full { 0 } else { HEAD_CHUNK_SLOTS },
+            bytes: self.tables_bytes(rows, embed_resident),
+            reason,
+        }
     }
     /// Scratch including the lm_head block (rows × chunk rows fp32) and the
     /// [`PROCESS_BASELINE`].
@@ -730,16 +890,74 @@ fn cache_slots(s: &ModelSizes, bytes: u64) -> usize {
     ((bytes / s.expert_stride) as usize).min(s.experts_total)
 }
 
-/// Plans a run (ENGINE.md §4): resolves the budget into a trunk budget, model tables resident
-/// or streamed and expert-cache slots, chooses the pinned set ([`choose_trunk`]) and adds up
-/// every item. `available` is min(MemAvailable, cgroup headroom) when known.
+/// Splits what a whole-process budget leaves after the fixed items, the trunk, the top-k cache
+/// floor and the streamed-table minimum (`rest`): lm_head rows first, then expert-cache slots
+/// (unless `--cache-gb` fixed the cache), then the embedding table (ENGINE.md §4; the reasons
+/// in [`TablesPlan`]). Returns the tables plan and the cache bytes.
+fn split_rest(
+    s: &ModelSizes,
+    mut rest: u64,
+    cache_floor: u64,
+    cache_fixed: bool,
+) -> (TablesPlan, u64) {
+    let v = s.vocab;
+    // 1. lm_head rows: the whole head (which also frees the chunk slots), or a prefix.
+    let full_extra = s.tables_bytes(v, false).saturating_sub(s.tables_streamed());
+    let rows = if full_extra <= rest {
+        rest -= full_extra;
+        v
+    } else {
+        let r = s.head_rows_within(rest);
+        if r > 0 {
+            rest -= buffer_bytes(r as u64 * s.row);
+        }
+        r
+    };
+    // 2. expert-cache slots beyond top-k, up to every expert.
+    let cache = if cache_fixed {
+        cache_floor
+    } else {
+        let c = s.cache_max().max(cache_floor).min(cache_floor + rest);
+        rest -= c - cache_floor;
+        c
+    };
+    // 3. the embedding table (untied; tied it is the head).
+    let embed_extra = s
+        .tables_bytes(rows, true)
+        .saturating_sub(s.tables_bytes(rows, false));
+    let embed = !s.tied() && embed_extra <= rest;
+    let head_gb = gb(s.head_bytes());
+    let reason = if rows == v {
+        if s.tied() || embed {
+            "the budget holds both tables".to_string()
+        } else {
+            format!(
+                "the lm_head comes before expert-cache slots (a resident lm_head byte saves a byte read per token) and the embedding last (a resident table saves {} B per token); resident it needs {} more than the budget leaves",
+                s.row,
+                gb(embed_extra - rest)
+            )
+        }
+    } else {
+        let missing = full_extra - (s.tables_bytes(rows, false) - s.tables_streamed());
+        format!(
+            "lm_head rows come before expert-cache slots beyond top-k (a resident row is never read again; a cache slot saves only its hit rate); the whole lm_head ({head_gb}) needs {} more than the budget leaves, so {} per token is read",
+            gb(missing),
+            gb((v - rows) as u64 * s.row)
+        )
+    };
+    (s.tables_plan(rows, embed, reason), cache)
+}
+
+/// Plans a run (ENGINE.md §4): resolves the budget into a trunk budget, the model tables
+/// ([`TablesPlan`]) and expert-cache slots, chooses the pinned set ([`choose_trunk`]) and adds
+/// up every item. `available` is min(MemAvailable, cgroup headroom) when known.
 ///
-/// * Preset: its trunk and cache budgets (overridable), tables resident except `ultra`;
-///   everything else on top.
+/// * Preset: its trunk and cache budgets (overridable), tables resident except `ultra`
+///   (streamed); everything else on top.
 /// * `--mem-gb` or `auto` (available − max(10 %, 0.5 GB)): the fixed items first, then the
-///   trunk until fully resident (keeping top-k cache slots and streamed tables), then the
-///   model tables, then the expert cache up to every expert. `--trunk-gb`/`--cache-gb` fix
-///   their parts.
+///   trunk until fully resident (keeping top-k cache slots and streamed tables), then lm_head
+///   rows resident (a prefix, possibly all V), then the expert cache up to every expert, then
+///   the embedding table. `--trunk-gb`/`--cache-gb` fix their parts.
 ///
 /// Errors (exit 3, before anything is allocated): a budget below its minimum (naming the
 /// minimum and the shortfall), a `--cache-gb` below top-k slots, a plan larger than the budget
@@ -762,7 +980,7 @@ pub fn plan_run(s: &ModelSizes, b: &Budget, available: Option<u64>) -> Result<Ru
     if let Some(0) = b.ring {
         return Err(Error::invalid("flag `--trunk-ring`: must be at least 1"));
     }
-    let (budget_name, budget, trunk_budget, tables_streamed, cache_bytes) = match b.preset {
+    let (budget_name, budget, trunk_budget, preset_tables, cache_bytes) = match b.preset {
         Some(p) => {
             if b.mem.is_some() {
                 return Err(Error::invalid(format!(
@@ -793,7 +1011,20 @@ pub fn plan_run(s: &ModelSizes, b: &Budget, available: Option<u64>) -> Result<Ru
                     ""
                 }
             ));
-            (p.name.to_string(), None, t, p.stream_tables, c)
+            let tables = if p.stream_tables {
+                s.tables_plan(
+                    0,
+                    false,
+                    format!("preset {} streams the model tables", p.name),
+                )
+            } else {
+                s.tables_plan(
+                    s.vocab,
+                    true,
+                    format!("preset {} keeps the model tables resident", p.name),
+                )
+            };
+            (p.name.to_string(), None, t, Some(tables), c)
         }
         None => {
             let (name, m) = match (b.mem, available) {
@@ -848,44 +1079,34 @@ pub fn plan_run(s: &ModelSizes, b: &Budget, available: Option<u64>) -> Result<Ru
                 s.trunk_all()
                     .min(w.saturating_sub(cache_floor + s.tables_streamed()))
             });
-            (name, Some(m), t, false, 0)
+            (name, Some(m), t, None, 0)
         }
     };
     let trunk = choose_trunk(&s.layer_runs, trunk_budget, b.ring)?;
-    let (tables_streamed, cache_bytes) = match budget {
-        None => (tables_streamed, cache_bytes),
-        Some(m) => {
+    let (tables, cache_bytes) = match (budget, preset_tables) {
+        (Some(m), _) => {
             let w = m - s.fixed();
             let cache_floor = b.cache.unwrap_or(s.cache_min());
-            let mut rest = w.saturating_sub(trunk.bytes() + cache_floor + s.tables_streamed());
-            let extra_tables = s.tables_resident().saturating_sub(s.tables_streamed());
-            let streamed = if extra_tables <= rest {
-                rest -= extra_tables;
-                false
-            } else {
-                notes.push(format!(
-                    "model tables streamed: resident they need {} more than the budget leaves",
-                    gb(extra_tables - rest)
-                ));
-                true
-            };
-            let c = match b.cache {
-                Some(c) => c,
-                None => s.cache_max().min(cache_floor + rest),
-            };
-            (streamed, c)
+            let rest = w.saturating_sub(trunk.bytes() + cache_floor + s.tables_streamed());
+            split_rest(s, rest, cache_floor, b.cache.is_some())
         }
+        (None, Some(t)) => (t, cache_bytes),
+        (None, None) => return Err(Error::internal("a plan without a budget or a preset")),
     };
+    if tables.head_resident_rows < s.vocab && budget.is_some() {
+        notes.push(format!(
+            "lm_head rows 0..{} of {} resident",
+            tables.head_resident_rows, s.vocab
+        ));
+    }
     let slots = cache_slots(s, cache_bytes);
-    let model_tables = if tables_streamed {
-        s.tables_streamed()
-    } else {
-        s.tables_resident()
-    };
     let mut p = MemoryPlan {
         trunk_resident: trunk.pinned_bytes + s.layer_vectors,
         trunk_ring: trunk.ring_slots as u64 * trunk.slot_bytes,
-        model_tables,
+        model_tables: tables.bytes,
+        lm_head_resident_rows: tables.head_resident_rows as u64,
+        lm_head_rows: s.vocab as u64,
+        embedding_resident: tables.embed_resident,
         expert_cache: slots as u64 * s.expert_stride,
         kda_state: s.kda_state,
         mla_cache: s.mla_cache,
@@ -921,8 +1142,7 @@ pub fn plan_run(s: &ModelSizes, b: &Budget, available: Option<u64>) -> Result<Ru
         budget,
         trunk_budget,
         trunk,
-        tables_streamed,
-        head_chunk_rows: s.head_chunk_rows(),
+        tables,
         cache_slots: slots,
         cache_slot_bytes: s.expert_stride,
         notes,
@@ -936,6 +1156,9 @@ pub fn minimum_plan(s: &ModelSizes, available: Option<u64>) -> MemoryPlan {
         trunk_resident: s.layer_vectors,
         trunk_ring: s.trunk_min(),
         model_tables: s.tables_streamed(),
+        lm_head_resident_rows: 0,
+        lm_head_rows: s.vocab as u64,
+        embedding_resident: false,
         expert_cache: s.cache_min(),
         kda_state: s.kda_state,
         mla_cache: s.mla_cache,

@@ -72,7 +72,8 @@ fn released_model_plans_within_8_gb_at_ultra() {
     for positions in [64, 4096] {
         let s = k3_sizes(positions);
         let p = plan_run(&s, &preset_budget("ultra"), Some(8_000_000_000)).unwrap();
-        assert!(p.tables_streamed);
+        assert!(p.tables.streamed());
+        assert_eq!(p.tables.head_resident_rows, 0);
         assert!(
             p.memory.total <= 8_000_000_000,
             "{positions} positions: {}",
@@ -126,7 +127,7 @@ fn presets_keep_their_split_and_pin_layer_0_when_it_pays() {
         );
         let want_slots = (((pr.cache_gb * GB) as u64) / buffer_bytes(17_547_264)) as usize;
         assert_eq!(p.cache_slots, want_slots.min(92 * 896), "{}", pr.name);
-        assert_eq!(p.tables_streamed, pr.name == "ultra", "{}", pr.name);
+        assert_eq!(p.tables.streamed(), pr.name == "ultra", "{}", pr.name);
     }
     // desktop: 16 GB of trunk. Layer 0 pinned (else every slot is 2.34 GB); ring 2 × 1.27 GB.
     let p = plan_run(&s, &preset_budget("desktop"), None).unwrap();
@@ -298,5 +299,190 @@ fn size_formatting_never_hides_a_difference() {
     assert_eq!(
         gb_pair(24_570, 24_576),
         ("24570 bytes".to_string(), "24576 bytes".to_string())
+    );
+}
+
+/// `--mem-gb` with the trunk fixed, on the released sizes at 4096 positions.
+fn mem_plan(s: &ModelSizes, mem: u64, trunk: u64, cache: Option<u64>) -> k3::plan::RunPlan {
+    plan_run(
+        s,
+        &Budget {
+            mem: Some(mem),
+            trunk: Some(trunk),
+            cache,
+            ..Budget::default()
+        },
+        None,
+    )
+    .unwrap()
+}
+
+/// ENGINE.md §4 as k3 orders it: after the fixed items and the trunk, lm_head rows (a resident
+/// row is never read again), then expert-cache slots beyond top-k (they save only their hit
+/// rate), then the embedding table (2·H bytes per token). Swept over budgets: each later item
+/// grows only once the earlier one is complete.
+#[test]
+fn budget_goes_to_lm_head_rows_then_expert_cache_then_embedding() {
+    let s = k3_sizes(4096);
+    // a trunk budget the pinned set and ring fill exactly
+    let trunk = choose_trunk(&s.layer_runs, 10_000_000_000, None)
+        .unwrap()
+        .bytes();
+    let used = trunk;
+    let v = s.vocab;
+    // The smallest budget with this trunk: nothing of the tables resident, top-k slots.
+    let base = s.fixed() + used + s.cache_min() + s.tables_streamed();
+    let p = mem_plan(&s, base, trunk, None);
+    assert_eq!(p.tables.head_resident_rows, 0);
+    assert!(!p.tables.embed_resident && p.tables.streamed());
+    assert_eq!(p.cache_slots, 16);
+    assert_eq!(p.tables.chunk_slots, 2);
+    // Half a lm_head more: about half its rows resident, the cache still at top-k.
+    let p = mem_plan(&s, base + s.lm_head / 2, trunk, None);
+    let r = p.tables.head_resident_rows;
+    assert!(r > v / 2 - 10 && r < v / 2, "{r}");
+    assert_eq!(p.cache_slots, 16, "no cache slot before every lm_head row");
+    assert!(!p.tables.embed_resident);
+    assert_eq!(p.memory.lm_head_resident_rows, r as u64);
+    assert!(
+        p.notes
+            .iter()
+            .any(|n| n.contains(&format!("0..{r} of {v}"))),
+        "{:?}",
+        p.notes
+    );
+    assert!(
+        p.tables.line().contains("lm_head rows 0..")
+            && p.tables.line().contains("before expert-cache slots")
+    );
+    assert!(p.memory.total <= base + s.lm_head / 2);
+    // The whole lm_head plus 10 cache slots: the head resident (no chunk slots), the cache
+    // grows, the embedding still streams.
+    let full = base + s.tables_bytes(v, false) - s.tables_streamed();
+    let p = mem_plan(&s, full + 10 * s.expert_stride, trunk, None);
+    assert_eq!(p.tables.head_resident_rows, v);
+    assert_eq!(p.tables.chunk_slots, 0);
+    assert_eq!(p.cache_slots, 26);
+    assert!(!p.tables.embed_resident);
+    assert!(p.tables.streamed(), "embedding rows are still read");
+    // One byte short of the whole head: every row but some resident, the cache at top-k.
+    let p = mem_plan(&s, full - 1, trunk, None);
+    assert!(p.tables.head_resident_rows < v && p.tables.head_resident_rows > v - 5000);
+    assert_eq!(p.cache_slots, 16);
+    // The cache fixed by --cache-gb: the rest goes to the lm_head, then the embedding.
+    let cache = 20 * s.expert_stride;
+    let both = s.fixed() + used + cache + s.tables_resident();
+    let p = mem_plan(&s, both, trunk, Some(cache));
+    assert_eq!(p.tables.head_resident_rows, v);
+    assert!(p.tables.embed_resident && !p.tables.streamed());
+    assert_eq!(p.memory.model_tables, s.tables_resident());
+    assert_eq!(p.memory.total, both);
+    let p = mem_plan(&s, both - 1, trunk, Some(cache));
+    assert_eq!(p.tables.head_resident_rows, v);
+    assert!(!p.tables.embed_resident, "the embedding comes last");
+    // Every expert cached: only then the embedding table (a small model, where that fits).
+    let mut small = s.clone();
+    small.experts_total = 64;
+    let all = small.fixed() + used + small.cache_max() + small.tables_resident();
+    let p = mem_plan(&small, all, trunk, None);
+    assert_eq!(p.cache_slots, 64);
+    assert!(p.tables.embed_resident && !p.tables.streamed());
+    let p = mem_plan(&small, all - 1, trunk, None);
+    assert_eq!(p.cache_slots, 64, "cache slots before the embedding");
+    assert!(!p.tables.embed_resident);
+    let embed_extra = s.tables_bytes(v, true) - s.tables_bytes(v, false);
+    let p = mem_plan(&small, all - embed_extra, trunk, None);
+    assert_eq!(p.cache_slots, 64);
+    assert!(!p.tables.embed_resident);
+    let p = mem_plan(&small, all - embed_extra - 1, trunk, None);
+    assert_eq!(p.cache_slots, 63);
+    assert!(!p.tables.embed_resident);
+    // Every plan's items add up, within the budget.
+    for mem in [base, base + 1, full - 1, full, all - 1, all] {
+        let p = mem_plan(
+            &small,
+            mem.max(small.fixed() + used + small.cache_min() + small.tables_streamed()),
+            trunk,
+            None,
+        );
+        assert_eq!(p.memory.model_tables, p.tables.bytes);
+        assert_eq!(
+            p.memory.total,
+            p.memory.trunk_resident
+                + p.memory.trunk_ring
+                + p.memory.model_tables
+                + p.memory.expert_cache
+                + p.memory.kda_state
+                + p.memory.mla_cache
+                + p.memory.scratch
+                + p.memory.tokenizer
+                + p.memory.tensor_index
+        );
+    }
+}
+
+/// Tied embeddings (`tie_word_embeddings`): the one table is resident, or streamed with a
+/// resident prefix that also serves the embedding rows below it.
+#[test]
+fn a_tied_table_is_resident_or_streamed_with_a_resident_prefix() {
+    let mut s = k3_sizes(4096);
+    s.lm_head = 0;
+    assert!(s.tied());
+    let v = s.vocab;
+    // a trunk budget the pinned set and ring fill exactly
+    let trunk = choose_trunk(&s.layer_runs, 10_000_000_000, None)
+        .unwrap()
+        .bytes();
+    let used = trunk;
+    let base = s.fixed() + used + s.cache_min() + s.tables_streamed();
+    // Streamed: a row window and the chunk slots; nothing resident.
+    let p = mem_plan(&s, base, trunk, None);
+    assert_eq!(p.tables.head_resident_rows, 0);
+    assert!(p.tables.tied && !p.tables.embed_resident);
+    assert_eq!(
+        p.memory.model_tables,
+        buffer_bytes(s.row)
+            + 2 * buffer_bytes(s.row * s.head_chunk_rows() as u64)
+            + s.table_vectors
+    );
+    // A prefix.
+    let p = mem_plan(&s, base + s.embed / 4, trunk, None);
+    let r = p.tables.head_resident_rows;
+    assert!(r > v / 4 - 10 && r < v / 4, "{r}");
+    assert!(!p.tables.embed_resident);
+    assert!(p.tables.line().contains("tied"), "{}", p.tables.line());
+    // The whole table: one resident table, no window, no chunk slots; never counted twice.
+    let full = s.fixed() + used + s.cache_min() + s.tables_resident();
+    let p = mem_plan(&s, full, trunk, Some(s.cache_min()));
+    assert_eq!(p.tables.head_resident_rows, v);
+    assert!(p.tables.embed_resident && !p.tables.streamed());
+    assert_eq!(
+        p.memory.model_tables,
+        buffer_bytes(s.embed) + s.table_vectors
+    );
+    // Presets: resident, or streamed at ultra.
+    let p = plan_run(&s, &preset_budget("desktop"), None).unwrap();
+    assert_eq!(
+        p.memory.model_tables,
+        buffer_bytes(s.embed) + s.table_vectors
+    );
+    let p = plan_run(&s, &preset_budget("ultra"), None).unwrap();
+    assert_eq!(p.tables.head_resident_rows, 0);
+}
+
+/// A refusal's figures are those of the smallest plan: nothing of the tables resident.
+#[test]
+fn the_minimum_plan_streams_the_tables() {
+    let s = k3_sizes(4096);
+    let m = k3::plan::minimum_plan(&s, None);
+    assert_eq!(m.lm_head_resident_rows, 0);
+    assert_eq!(m.lm_head_rows, s.vocab as u64);
+    assert!(!m.embedding_resident);
+    assert_eq!(m.model_tables, s.tables_streamed());
+    assert!(
+        m.lines()
+            .contains("lm_head rows resident 0/163840, embedding streamed"),
+        "{}",
+        m.lines()
     );
 }

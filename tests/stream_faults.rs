@@ -277,6 +277,15 @@ fn shard_truncated_mid_run_fails_the_token_with_exit_4() {
     );
 }
 
+/// The lm_head partly resident, the rest streamed through chunk slots read ahead while the
+/// layers compute: its shard truncated mid-run fails the token (exit 4, file and offset).
+#[test]
+fn lm_head_shard_truncated_mid_run_fails_the_token_with_exit_4() {
+    let dir = copy_dir(&moderate(), "faults_mid_lm_head");
+    let victim = shard_of(&dir, "language_model.lm_head.weight");
+    truncate_mid_run(&dir, "mid_lm_head", &victim, &["--preset", "ultra"]);
+}
+
 #[test]
 fn packed_trunk_truncated_mid_run_fails_the_token_with_exit_4() {
     let model = moderate();
@@ -325,8 +334,12 @@ fn short_expert_read_fails_the_forward_and_publishes_nothing() {
     let conf = StreamConfig {
         pinned: &pinned,
         ring_slots: 2,
-        tables_streamed: true,
-        head_chunk_rows: 100,
+        tables: k3::stream::tables::TablesConfig {
+            head_resident_rows: 0,
+            embed_resident: false,
+            chunk_rows: 100,
+            chunk_slots: 2,
+        },
         cache_slots: 4,
         policy: "lru",
         packed: None,

@@ -1,8 +1,10 @@
 //! Bit-identical logits at every memory budget (ENGINE.md §2, §4–§5): from a base run with
 //! everything resident, one dimension varies at a time — trunk streamed from the shards and
 //! from a packed trunk, trunk budgets pinning none, some and all layers, a ring of 1 and of
-//! 2+ slots, model tables streamed, the expert cache from top-k slots to every expert, every
-//! eviction policy, and (on tiny-k3) every preset. Every run's peak RSS is checked against
+//! 2+ slots, model tables streamed, a partly resident lm_head (rows 0..R resident, the rest
+//! streamed) and a resident lm_head next to a streamed embedding, the expert cache from top-k
+//! slots to every expert, every eviction policy, and (on tiny-k3) every preset; and a tied
+//! table resident, partly resident and streamed. Every run's peak RSS is checked against
 //! its plan plus a stated slack (tests/stream_support).
 
 mod stream_support;
@@ -16,6 +18,131 @@ struct Geometry {
     stride: u64,
     top_k: usize,
     experts: usize,
+}
+
+/// The planner's table sizes of a checkpoint (the other fields are not used by
+/// [`k3::plan::ModelSizes::tables_bytes`]).
+fn table_sizes(model: &Path) -> k3::plan::ModelSizes {
+    let cfg = k3::config::Config::from_file(&model.join("config.json")).unwrap();
+    let d = k3::model::Dims::from_config(&cfg);
+    let table = (d.v * d.h * 2) as u64;
+    k3::plan::ModelSizes {
+        embed: table,
+        lm_head: if d.tied { 0 } else { table },
+        row: (2 * d.h) as u64,
+        vocab: d.v,
+        table_vectors: (2 * d.h * 4) as u64,
+        ..Default::default()
+    }
+}
+
+/// `--mem-gb` budgets that hold the whole trunk, top-k cache slots and the model tables with
+/// lm_head rows 0..`rows` and the embedding resident or not, from a probe run's plan (every
+/// other item) and the planner's table sizes: flags for [`matrix`]'s runs.
+fn table_budget(model: &Path, probe: &Run, rows: usize, embed: bool) -> Vec<String> {
+    let plan = |k: &str| probe.u64(&["memory", "plan", k]);
+    let others = plan("total") - plan("model_tables");
+    let mem = others + table_sizes(model).tables_bytes(rows, embed);
+    let trunk: u64 = geometry(model).layers.iter().sum();
+    vec![
+        "--trunk-gb".into(),
+        gb_arg(trunk),
+        "--cache-gb".into(),
+        gb_arg(plan("expert_cache")),
+        "--mem-gb".into(),
+        gb_arg(mem),
+    ]
+}
+
+/// A partly resident lm_head, a resident lm_head next to a streamed embedding, and the
+/// teacher-forced rows through a partly resident lm_head give the base run's bits.
+fn table_splits(model: &Path, tag: &str, ids: &str, gen: usize, base: &Run) {
+    let g = geometry(model);
+    let s = table_sizes(model);
+    let v = s.vocab;
+    let total: u64 = g.layers.iter().sum();
+    let gen_s = gen.to_string();
+    let go = |name: &str, gen: &str, extra: &[String]| {
+        let mut a: Vec<&str> = vec!["--ids", ids, "--gen", gen];
+        a.extend(extra.iter().map(|x| x.as_str()));
+        let r = run(model, &format!("{tag}_{name}"), &a);
+        check_ok(&r, &format!("{tag} {name} {extra:?}"));
+        r
+    };
+    // Probe: whole trunk, top-k slots, every table resident (a budget far above the plan).
+    let probe_flags = [
+        "--trunk-gb".to_string(),
+        gb_arg(total),
+        "--cache-gb".into(),
+        gb_arg(g.top_k as u64 * g.stride),
+        "--mem-gb".into(),
+        "1000".into(),
+    ];
+    let probe = go("tables_probe", &gen_s, &probe_flags);
+    assert_eq!(probe.hash(), base.hash(), "{tag}: tables probe");
+    assert_eq!(
+        probe.u64(&["memory", "plan", "lm_head_resident_rows"]),
+        v as u64
+    );
+    assert_eq!(probe.json()["memory"]["plan"]["embedding_resident"], true);
+    let rows = |r: &Run| r.u64(&["memory", "plan", "lm_head_resident_rows"]) as usize;
+    let row_bytes = s.row as usize;
+    // The most rows a prefix holds for less than the whole head costs (which also frees the
+    // chunk slots: on a tiny model, a prefix beyond about half the rows is not worth it).
+    let full_extra = s.tables_bytes(v, false) - s.tables_streamed();
+    let most = s.head_rows_within(full_extra - 1);
+    assert!(most > v / 8, "{tag}: {most} rows");
+    for (name, want) in [("head_one", 1), ("head_eighth", v / 8), ("head_most", most)] {
+        let r = go(name, &gen_s, &table_budget(model, &probe, want, false));
+        assert_eq!(r.hash(), base.hash(), "{tag} {name}: logits differ");
+        assert_eq!(r.generated(), base.generated(), "{tag} {name}");
+        // the resident prefix is at least what was asked (page rounding may add a few rows)
+        let got = rows(&r);
+        assert!(
+            got >= want && got <= most.max(want) && got < v,
+            "{tag} {name}: {got} rows resident, asked {want}"
+        );
+        assert_eq!(r.json()["memory"]["plan"]["embedding_resident"], false);
+        assert_eq!(r.json()["io"]["model_tables_streamed"], true);
+        // every forward read the streamed rows (device bytes: widened windows)
+        let per_forward = ((v - got) * row_bytes) as u64;
+        let read = r.u64(&["io", "lm_head_bytes_read"]);
+        assert!(
+            read >= gen as u64 * per_forward
+                && read < gen as u64 * (per_forward + (v * row_bytes) as u64),
+            "{tag} {name}: {read} lm_head bytes read for {gen} forwards of {per_forward}"
+        );
+    }
+    if !s.tied() {
+        let r = go(
+            "head_embed_split",
+            &gen_s,
+            &table_budget(model, &probe, v, false),
+        );
+        assert_eq!(
+            r.hash(),
+            base.hash(),
+            "{tag} resident lm_head, streamed embedding"
+        );
+        assert_eq!(rows(&r), v);
+        assert_eq!(r.json()["memory"]["plan"]["embedding_resident"], false);
+        assert_eq!(r.u64(&["io", "lm_head_bytes_read"]), 0);
+        assert!(r.u64(&["io", "embedding_bytes_read"]) > 0);
+    }
+    // Every logits row of a teacher-forced forward through a partly resident lm_head.
+    // (`--gen 0` keeps every logits row: a larger scratch item, so a probe of its own)
+    let tf_base = go("tf_tables_base", "0", &probe_flags);
+    let r = go(
+        "tf_head_part",
+        "0",
+        &table_budget(model, &tf_base, v / 8, false),
+    );
+    assert!(rows(&r) > 0 && rows(&r) < v);
+    assert_eq!(
+        r.hash(),
+        tf_base.hash(),
+        "{tag}: teacher-forced rows, partly resident lm_head"
+    );
 }
 
 fn geometry(model: &Path) -> Geometry {
@@ -132,6 +259,10 @@ fn matrix(model: &Path, tag: &str, ids: &str, gen: usize, presets: bool) {
     assert_eq!(r.json()["io"]["model_tables_streamed"], true);
     assert!(r.u64(&["io", "lm_head_bytes_read"]) > 0);
     assert!(r.u64(&["io", "embedding_bytes_read"]) > 0);
+    assert_eq!(r.u64(&["memory", "plan", "lm_head_resident_rows"]), 0);
+
+    // lm_head partly resident; lm_head resident and the embedding streamed.
+    table_splits(model, tag, ids, gen, &base);
 
     // Every logits row of a teacher-forced forward (`--gen 0`) through the streamed lm_head
     // chunks (rows × chunk blocks scattered into [rows, V]).
@@ -224,4 +355,39 @@ fn tiny_k3_logits_are_identical_at_every_budget() {
 #[test]
 fn moderate_checkpoint_logits_are_identical_at_every_budget() {
     matrix(&moderate(), "moderate", "5,900,17,256,3,77,1000", 6, false);
+}
+
+/// Tied embeddings: the one table resident, with a resident prefix (which also serves the
+/// embedding rows below it) and streamed.
+#[test]
+fn tied_table_logits_are_identical_resident_partly_resident_and_streamed() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("stream_tied_{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut spec = moderate_spec();
+    spec.tie_word_embeddings = true;
+    synth::generate(
+        &spec,
+        &dir,
+        synth::Options {
+            threads: 2,
+            ..synth::Options::default()
+        },
+    )
+    .unwrap();
+    // ids on both sides of the resident prefixes (V = 1024)
+    let ids = "5,900,17,256,3,77,1000,600";
+    let base = run(&dir, "tied_base", &["--ids", ids, "--gen", "5"]);
+    check_ok(&base, "tied base");
+    assert_eq!(base.u64(&["memory", "plan", "lm_head_resident_rows"]), 1024);
+    let r = run(
+        &dir,
+        "tied_ultra",
+        &["--ids", ids, "--gen", "5", "--preset", "ultra"],
+    );
+    check_ok(&r, "tied ultra");
+    assert_eq!(r.hash(), base.hash(), "tied table streamed");
+    assert!(r.u64(&["io", "embedding_bytes_read"]) > 0);
+    table_splits(&dir, "tied", ids, 5, &base);
+    let _ = std::fs::remove_dir_all(&dir);
 }

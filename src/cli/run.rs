@@ -77,7 +77,7 @@ usage: k3 <model_dir> [options]   (also: k3 run <model_dir> [options])
   --quiet, --no-progress
 Memory (decimal GB, fractions allowed; see k3 --list-presets):
   --preset NAME        auto (default), ultra, laptop, desktop, workstation, server, max
-  --mem-gb X           whole-process budget (trunk first, then model tables, then expert cache)
+  --mem-gb X           whole-process budget (trunk first, then lm_head rows, then expert cache, then embedding)
   --trunk DIR          a packed trunk (k3 pack-trunk) to stream the trunk from
   --trunk-gb X         trunk budget: pinned layers + ring slots
   --trunk-ring N       ring slots (default 2 when streaming and they fit, else 1)
@@ -600,8 +600,12 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
     let conf = StreamConfig {
         pinned: &rp.trunk.pinned,
         ring_slots: rp.trunk.ring_slots,
-        tables_streamed: rp.tables_streamed,
-        head_chunk_rows: rp.head_chunk_rows,
+        tables: crate::stream::tables::TablesConfig {
+            head_resident_rows: rp.tables.head_resident_rows,
+            embed_resident: rp.tables.embed_resident,
+            chunk_rows: rp.tables.chunk_rows,
+            chunk_slots: rp.tables.chunk_slots,
+        },
         cache_slots: rp.cache_slots,
         policy: &req.policy,
         packed: packed
@@ -633,21 +637,11 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
     rep.expert_slot_bytes = stride as u64;
     rep.cache_policy = policy.to_string();
     rep.experts_bound = moe_bound * d.e;
-    rep.tables_streamed = rp.tables_streamed;
+    rep.tables_streamed = rp.tables.streamed();
     rep.timing.load_seconds = t_load.elapsed().as_secs_f64();
     say(&rep.trunk_line());
     say(&rep.cache_line());
-    say(&format!(
-        "model tables: {}",
-        if rp.tables_streamed {
-            format!(
-                "streamed (embedding rows read per token; lm_head in chunks of {} rows through 2 slots)",
-                rp.head_chunk_rows
-            )
-        } else {
-            format!("resident ({})", crate::plan::gb(plan.model_tables))
-        }
-    ));
+    say(&rp.tables.line());
 
     // The generation; the counters land in the report whether it succeeds or fails.
     let mut deferred: Vec<String> = Vec::new();
@@ -947,6 +941,9 @@ impl model::TrunkSource for LayerProgress<'_> {
     }
     fn embed_row(&mut self, id: usize) -> Result<&[u16]> {
         self.inner.embed_row(id)
+    }
+    fn prefetch_lm_head(&mut self) {
+        self.inner.prefetch_lm_head()
     }
     fn lm_head(
         &mut self,

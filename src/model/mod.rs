@@ -176,6 +176,11 @@ pub trait TrunkSource {
     /// forward.
     fn embed_row(&mut self, id: usize) -> Result<&[u16]>;
 
+    /// A hint that [`TrunkSource::lm_head`] follows the layers of this forward: a source that
+    /// streams the lm_head starts reading its first chunks now, so that they overlap the
+    /// layers. Never changes a value; the default (resident) does nothing.
+    fn prefetch_lm_head(&mut self) {}
+
     /// The lm_head (`embed_tokens` when tied) in row blocks covering rows 0 … V−1 in ascending
     /// order: calls `f(first_row, block)` with `block` [n, H]. Each logit is its own `dot`, so
     /// the blocking never changes a bit (MODEL.md §6.8). An error (from a read or from `f`)
@@ -277,6 +282,11 @@ impl Model {
             }
             let row = trunk.embed_row(id as usize)?;
             ex.widen_bf16(row, &mut emb[p * h..(p + 1) * h]);
+        }
+
+        // The lm_head's first streamed chunks are read while the layers compute.
+        if rows != LogitRows::None {
+            trunk.prefetch_lm_head();
         }
 
         // §6.3 decoder stack with Block AttnRes

@@ -7,7 +7,7 @@ use super::expert_cache::ExpertCache;
 use super::experts::CachedExperts;
 use super::pack::PackedTrunk;
 use super::policy::new_policy;
-use super::tables::{TableLoc, Tables};
+use super::tables::{TableLoc, Tables, TablesConfig};
 use super::trunk::{LayerRead, Piece, StreamedTrunk};
 use crate::catalogue::{self, layer_suffixes};
 use crate::checkpoint::TensorIndex;
@@ -61,9 +61,8 @@ pub struct StreamConfig<'a> {
     pub pinned: &'a [bool],
     /// Ring slots (0 if every layer is pinned).
     pub ring_slots: usize,
-    /// Model tables streamed, and lm_head rows per chunk.
-    pub tables_streamed: bool,
-    pub head_chunk_rows: usize,
+    /// The model tables: resident lm_head rows, embedding resident, chunk rows and slots.
+    pub tables: TablesConfig,
     /// Expert-cache slots (0 without MoE layers) and eviction policy.
     pub cache_slots: usize,
     pub policy: &'a str,
@@ -82,7 +81,8 @@ pub struct Streamed {
 
 /// Binds the model as `conf` says: small vectors and matrix slots of every layer (read now),
 /// expert locations (checked now, read on demand), the trunk (pinned layers read now, the ring
-/// allocated), the model tables (read now when resident) and the expert cache (allocated now).
+/// allocated), the model tables (resident parts read now, chunk slots allocated) and the
+/// expert cache (allocated now).
 ///
 /// Errors: exit 2 for a tensor with the wrong shape or dtype or a read failure while loading;
 /// exit 3 if memory is refused; exit 1 for an inconsistent configuration.
@@ -115,20 +115,10 @@ pub fn bind(
         }
     }
     let (tables, tl) = weights::bind_tables(&mut r, &dims)?;
-    let resident_tables = if conf.tables_streamed {
-        r.need_shard(tl.embed.shard);
-        if let Some(h) = &tl.lm_head {
-            r.need_shard(h.shard);
-        }
-        None
-    } else {
-        let embed = r.read_table_u16(catalogue::EMBED_TOKENS, &tl.embed)?;
-        let head = match &tl.lm_head {
-            Some(m) => Some(r.read_table_u16(catalogue::LM_HEAD, m)?),
-            None => None,
-        };
-        Some((embed, head))
-    };
+    r.need_shard(tl.embed.shard);
+    if let Some(h) = &tl.lm_head {
+        r.need_shard(h.shard);
+    }
     let files: Vec<Option<Arc<IoFile>>> = r
         .into_files()?
         .into_iter()
@@ -187,25 +177,22 @@ pub fn bind(
             pieces,
         });
     }
-    let tables_src = match resident_tables {
-        Some((embed, head)) => Tables::resident(dims.h, dims.v, embed, head),
-        None => Tables::streamed(
-            dims.h,
-            dims.v,
-            TableLoc {
-                file: file(tl.embed.shard)?,
-                offset: tl.embed.offset,
-            },
-            match &tl.lm_head {
-                Some(m) => Some(TableLoc {
-                    file: file(m.shard)?,
-                    offset: m.offset,
-                }),
-                None => None,
-            },
-            conf.head_chunk_rows,
-        )?,
-    };
+    let tables_src = Tables::open(
+        dims.h,
+        dims.v,
+        TableLoc {
+            file: file(tl.embed.shard)?,
+            offset: tl.embed.offset,
+        },
+        match &tl.lm_head {
+            Some(m) => Some(TableLoc {
+                file: file(m.shard)?,
+                offset: m.offset,
+            }),
+            None => None,
+        },
+        &conf.tables,
+    )?;
     let trunk_io = Arc::new(IoThreads::new(1)?);
     let table_io = Arc::new(IoThreads::new(1)?);
     let trunk = StreamedTrunk::new(

@@ -427,6 +427,10 @@ impl TrunkSource for StreamedTrunk {
         self.tables.embed_row(&self.table_io, id)
     }
 
+    fn prefetch_lm_head(&mut self) {
+        self.tables.prefetch_lm_head(&self.table_io);
+    }
+
     fn lm_head(&mut self, f: &mut dyn FnMut(usize, Bf16Mat<'_>) -> Result<()>) -> Result<()> {
         self.tables.lm_head(&self.table_io, f)
     }
