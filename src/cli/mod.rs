@@ -15,6 +15,7 @@ const USAGE: &str = "\
 usage:
   k3 <model_dir> [options]          run: prompt in, tokens out (also `k3 run <model_dir>`)
   k3 run --help                     the run options: prompt, generation, memory budget, output
+  k3 <subcommand> --help            any subcommand's usage
   k3 inspect <model_dir> [--json]   config summary, layer map, tensor census, byte ledger
   k3 tokenize --tok DIR [--special] (--text T | --file F)
   k3 detokenize --tok DIR --ids 1,2,3
