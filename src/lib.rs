@@ -5,6 +5,42 @@
 //! the numeric kernels live in the `k3-kernels` crate and know nothing of files;
 //! the model composes kernels; streaming supplies bytes to the model; `cli` composes all.
 
+// Standard output and error go through `say!`, `sayln!` and `out!`, which never panic.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+/// `eprint!` that never panics: a closed or full standard error (`k3 … 2>&1 | head`) must not
+/// abort a run that is still computing or writing its outputs; the text is dropped instead.
+#[macro_export]
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($t)*);
+    }};
+}
+
+/// `eprintln!` that never panics (see [`say!`]).
+#[macro_export]
+macro_rules! sayln {
+    () => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr());
+    }};
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
+/// `print!` for short informational output (usage, version, tables) that never panics on a
+/// closed standard output.
+#[macro_export]
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($t)*);
+    }};
+}
+
 pub mod catalogue;
 pub mod census;
 pub mod checkpoint;

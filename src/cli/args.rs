@@ -97,12 +97,12 @@ impl Args {
         }
         match Args::parse(argv, &with_help) {
             Ok(a) if a.switch("help") => {
-                print!("{usage}");
+                crate::out!("{usage}");
                 Ok(None)
             }
             Ok(a) => Ok(Some(a)),
             Err(_) if argv.iter().any(|a| a == "--help") => {
-                print!("{usage}");
+                crate::out!("{usage}");
                 Ok(None)
             }
             Err(e) => Err(e),

@@ -29,7 +29,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
     match dispatch(args) {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("k3: error: {e}");
+            crate::sayln!("k3: error: {e}");
             e.exit_code()
         }
     }
@@ -38,7 +38,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
 fn dispatch(args: Vec<OsString>) -> Result<()> {
     let first = match args.first() {
         None => {
-            eprint!("{USAGE}");
+            crate::say!("{USAGE}");
             return Err(Error::invalid(
                 "no model directory or subcommand given (see k3 --help)",
             ));
@@ -48,18 +48,18 @@ fn dispatch(args: Vec<OsString>) -> Result<()> {
     // A subcommand name always wins over a directory of the same name (ENGINE.md §3).
     match first.as_str() {
         "--help" | "-h" | "help" => {
-            print!("{USAGE}");
+            crate::out!("{USAGE}");
             Ok(())
         }
         "inspect" => inspect::run(&args[1..]),
         "tokenize" => tokenize::run_tokenize(&args[1..]),
         "detokenize" => tokenize::run_detokenize(&args[1..]),
         "--list-presets" => {
-            print!("{}", crate::plan::presets_text());
+            crate::out!("{}", crate::plan::presets_text());
             Ok(())
         }
         "--version" | "-V" => {
-            println!("k3 {} ({})", crate::VERSION, crate::GIT_COMMIT);
+            crate::out!("k3 {} ({})\n", crate::VERSION, crate::GIT_COMMIT);
             Ok(())
         }
         "run" => run::run(&args[1..]),

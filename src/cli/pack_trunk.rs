@@ -58,7 +58,7 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     let index = TensorIndex::open(&model_dir)?;
     if !quiet {
         if let Some(line) = replacing_line(&out_dir, &PackedTrunk::plan(&cfg, &index)?) {
-            eprintln!("{line}");
+            crate::sayln!("{line}");
         }
     }
     let terminal = crate::io::sys::stderr_is_terminal();
@@ -80,19 +80,19 @@ pub fn run(argv: &[OsString]) -> Result<()> {
             p.mb_per_s()
         );
         if terminal {
-            eprint!("\r\x1b[K{line}");
+            crate::say!("\r\x1b[K{line}");
         } else if p.layers_done != last_layers {
             // one line per finished layer when not on a terminal
-            eprintln!("{line}");
+            crate::sayln!("{line}");
         }
         last_layers = p.layers_done;
     };
     let s = pack(&cfg, &index, &out_dir, &mut show)?;
     if !quiet {
         if terminal {
-            eprintln!();
+            crate::sayln!();
         }
-        eprintln!(
+        crate::sayln!(
             "pack-trunk: wrote {} ({} bytes: {} layers, runs {} bytes, largest run {} bytes) and {} in {:.2} s ({}; verified against the shards)",
             s.bin.display(),
             s.bin_len,

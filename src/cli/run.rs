@@ -346,7 +346,7 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         rep.error = Some(e.clone());
         rep.stop_reason = "error".to_string();
     } else if !req.quiet {
-        eprintln!("{}", rep.summary_lines());
+        crate::sayln!("{}", rep.summary_lines());
     }
     if let Some(mut out) = out {
         // A failed report write must not hide the run's own error.
@@ -356,7 +356,7 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         if res.is_ok() {
             w?;
         } else if let Err(we) = w {
-            eprintln!("k3: {we}");
+            crate::sayln!("k3: {we}");
         }
     }
     res
@@ -391,7 +391,7 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
     let quiet = req.quiet;
     let say = |s: &str| {
         if !quiet {
-            eprintln!("{s}");
+            crate::sayln!("{s}");
         }
     };
     let cfg = Config::from_file(&req.config)?;
@@ -698,18 +698,18 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
                     last_row = rows[rows.len() - v..].to_vec();
                 }
                 if progress && n_chunks > 1 {
-                    eprint!(
+                    crate::say!(
                         "\rprefill: chunk {}/{n_chunks} ({} positions)",
                         ci + 1,
                         state.n_pos
                     );
                     if last {
-                        eprint!("\r\x1b[K");
+                        crate::say!("\r\x1b[K");
                     }
                 }
             }
             if trunk.shown.is_some() {
-                eprint!("\r\x1b[K");
+                crate::say!("\r\x1b[K");
             }
             Ok(last_row)
         };
@@ -790,7 +790,7 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
                 if defer_steps {
                     deferred.push(rep.step_line(step));
                 } else {
-                    eprintln!("{}", rep.step_line(step));
+                    crate::sayln!("{}", rep.step_line(step));
                 }
             }
             if end_ids.contains(&tok) {
@@ -861,7 +861,7 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
     rep.tables = trunk.table_stats();
     rep.trunk.direct_io = crate::io::file::buffered_fallback_count() == 0;
     for line in deferred {
-        eprintln!("{line}");
+        crate::sayln!("{line}");
     }
     rep.timing.wall_seconds = wall.elapsed().as_secs_f64();
     res
@@ -928,7 +928,7 @@ struct LayerProgress<'a> {
 impl model::TrunkSource for LayerProgress<'_> {
     fn layer_buf(&mut self, l: usize) -> Result<&[u16]> {
         if self.on && self.shown.is_none_or(|t| t.elapsed().as_millis() >= 200) {
-            eprint!(
+            crate::say!(
                 "\rprefill: chunk {}/{}, layer {}/{}\x1b[K",
                 self.chunk + 1,
                 self.n_chunks,

@@ -221,7 +221,7 @@ pub fn run(argv: &[OsString]) -> Result<()> {
             let _ = writeln!(out, "{best_line}");
         }
     }
-    print!("{out}");
+    crate::out!("{out}");
     if let Some(path) = args.value_os("tsv") {
         let path = PathBuf::from(path);
         let mut text = String::new();

@@ -217,7 +217,7 @@ impl IoFile {
         if !self.direct_refused.swap(true, Ordering::Relaxed) {
             FALLBACK_FILES.fetch_add(1, Ordering::Relaxed);
             FALLBACK_NOTICE.call_once(|| {
-                eprintln!(
+                crate::sayln!(
                     "k3: note: {}: O_DIRECT refused ({reason}); this file and any other that \
                      refuses it are read buffered with POSIX_FADV_DONTNEED (results unaffected)",
                     self.path.display()

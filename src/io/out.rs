@@ -240,7 +240,7 @@ mod tests {
             .open("/dev/full")
             .is_err()
         {
-            eprintln!("SKIPPED: /dev/full is not available on this platform");
+            crate::sayln!("SKIPPED: /dev/full is not available on this platform");
             return;
         }
         let d = scratch("full");
