@@ -268,6 +268,14 @@ pub fn gb_pair(a: u64, b: u64) -> (String, String) {
 /// One decimal gigabyte (ENGINE.md §3: sizes in GB are 10^9 bytes).
 pub const GB: f64 = 1e9;
 
+/// Decimal GB to bytes, to the nearest byte. A budget written with up to nine decimals names
+/// an exact byte count, and `x * 1e9` in f64 can land a hair below it (0.016150631 × 10^9 =
+/// 16150630.999…), so truncating would lose a byte and could tip a plan that fits exactly.
+/// Caller ensures `x` is finite and non-negative; saturates at `u64::MAX`.
+pub fn gb_to_bytes(x: f64) -> u64 {
+    (x * GB).round() as u64
+}
+
 /// A published preset: trunk and expert-cache budgets; everything else is planned on top.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Preset {
@@ -988,8 +996,8 @@ pub fn plan_run(s: &ModelSizes, b: &Budget, available: Option<u64>) -> Result<Ru
                     p.name
                 )));
             }
-            let t = b.trunk.unwrap_or((p.trunk_gb * GB) as u64);
-            let asked = b.cache.unwrap_or((p.cache_gb * GB) as u64);
+            let t = b.trunk.unwrap_or(gb_to_bytes(p.trunk_gb));
+            let asked = b.cache.unwrap_or(gb_to_bytes(p.cache_gb));
             let c = asked.max(s.cache_min());
             if c > asked {
                 notes.push(format!(

@@ -6,7 +6,7 @@ use k3::config::Config;
 use k3::model::state::DecodeState;
 use k3::model::Dims;
 use k3::plan::{
-    buffer_bytes, choose_trunk, layer_run_bytes, layer_vector_bytes, plan_run, preset,
+    buffer_bytes, choose_trunk, gb_to_bytes, layer_run_bytes, layer_vector_bytes, plan_run, preset,
     scratch_bytes, Budget, ModelSizes, PRESETS,
 };
 use std::path::PathBuf;
@@ -485,4 +485,32 @@ fn the_minimum_plan_streams_the_tables() {
         "{}",
         m.lines()
     );
+}
+
+/// A budget written in decimal GB with up to nine decimals names an exact byte count, and a
+/// plan whose total is exactly the budget fits. (`0.016150631` × 10^9 is 16150630.999… in
+/// f64: truncating lost the one byte a plan that fit exactly needed, so the whole lm_head
+/// became a 176-row prefix on one checkout path and not on another.)
+#[test]
+fn a_budget_in_decimal_gb_is_its_exact_byte_count_and_an_exact_fit_fits() {
+    assert_eq!(gb_to_bytes(0.016150631), 16_150_631);
+    let mut n: u64 = 1;
+    while n < 100_000_000_000_000 {
+        for d in [0, 1, 7, 999, 12_345, 999_999_999] {
+            let b = n + d;
+            let text = format!("{}.{:09}", b / 1_000_000_000, b % 1_000_000_000);
+            assert_eq!(gb_to_bytes(text.parse().unwrap()), b, "--mem-gb {text}");
+        }
+        n = n * 3 + 1;
+    }
+    let s = k3_sizes(4096);
+    let trunk = choose_trunk(&s.layer_runs, 10_000_000_000, None)
+        .unwrap()
+        .bytes();
+    let full = s.fixed() + trunk + s.cache_min() + s.tables_bytes(s.vocab, false);
+    let p = mem_plan(&s, full, trunk, Some(s.cache_min()));
+    assert_eq!(p.tables.head_resident_rows, s.vocab);
+    assert_eq!(p.memory.total, full);
+    let p = mem_plan(&s, full - 1, trunk, Some(s.cache_min()));
+    assert!(p.tables.head_resident_rows < s.vocab);
 }

@@ -13,7 +13,7 @@ use crate::io::OutFile;
 use crate::model::experts::{ExpertSource, ExpertStats};
 use crate::model::state::DecodeState;
 use crate::model::{self, mla::MLA_FORM, Dims, Exec, LogitRows};
-use crate::plan::{plan_run, Budget, ModelSizes, GB};
+use crate::plan::{gb_to_bytes, plan_run, Budget, ModelSizes, GB};
 use crate::report::{RunReport, StepReport};
 use crate::stream::bind::{self, StreamConfig};
 use crate::stream::pack::PackedTrunk;
@@ -136,7 +136,7 @@ fn gb_flag(a: &Args, name: &str) -> Result<Option<u64>> {
                     "flag `--{name} {v}`: expected a positive number of decimal GB"
                 )));
             }
-            let bytes = (x * GB) as u64;
+            let bytes = gb_to_bytes(x);
             if bytes == 0 {
                 // Positive but below one byte: it would read as a budget of 0 later.
                 return Err(Error::invalid(format!(

@@ -271,7 +271,7 @@ fn capacities(args: &Args, expert_bytes: u64) -> Result<Vec<Capacity>> {
                     "flag `--capacity-gb`: `{g}` is not a positive number of GB"
                 ))
             })?;
-        let n = (v * 1e9 / expert_bytes as f64).floor();
+        let n = (crate::plan::gb_to_bytes(v) / expert_bytes) as f64;
         if n < 1.0 || n > u32::MAX as f64 {
             return Err(Error::invalid(format!(
                 "flag `--capacity-gb`: {g} GB holds {n} experts of {expert_bytes} bytes (need \
