@@ -127,6 +127,23 @@ pub fn scratch_bytes(d: &Dims, t: usize, rows: usize) -> u64 {
 }
 
 impl MemoryPlan {
+    /// The sum of every item, saturating: a huge request (e.g. an MLA cache for 2^32
+    /// positions) must read as "does not fit", never wrap to a small total.
+    pub fn items_total(&self) -> u64 {
+        [
+            self.trunk_resident,
+            self.trunk_ring,
+            self.model_tables,
+            self.expert_cache,
+            self.kda_state,
+            self.mla_cache,
+            self.scratch,
+            self.tokenizer,
+            self.tensor_index,
+        ]
+        .iter()
+        .fold(0u64, |a, &b| a.saturating_add(b))
+    }
     /// The plan of a resident run (every bound layer and both tables in memory).
     pub fn resident(d: &Dims, inp: &PlanInput) -> MemoryPlan {
         let trunk_resident = (0..inp.layers).map(|l| layer_trunk_bytes(d, l)).sum();
@@ -152,15 +169,7 @@ impl MemoryPlan {
             total: 0,
             available: None,
         };
-        p.total = p.trunk_resident
-            + p.trunk_ring
-            + p.model_tables
-            + p.expert_cache
-            + p.kda_state
-            + p.mla_cache
-            + p.scratch
-            + p.tokenizer
-            + p.tensor_index;
+        p.total = p.items_total();
         p
     }
 
@@ -857,12 +866,17 @@ impl ModelSizes {
     }
     /// The fixed items (independent of the budget split).
     pub fn fixed(&self) -> u64 {
-        self.kda_state
-            + self.mla_cache
-            + self.scratch_with_head()
-            + self.tokenizer
-            + self.tensor_index
-            + self.layer_vectors
+        // saturating, as MemoryPlan::items_total
+        [
+            self.kda_state,
+            self.mla_cache,
+            self.scratch_with_head(),
+            self.tokenizer,
+            self.tensor_index,
+            self.layer_vectors,
+        ]
+        .iter()
+        .fold(0u64, |a, &b| a.saturating_add(b))
     }
     /// Minimum expert-cache bytes: top-k slots (0 without MoE layers).
     pub fn cache_min(&self) -> u64 {
@@ -988,6 +1002,29 @@ pub fn plan_run(s: &ModelSizes, b: &Budget, available: Option<u64>) -> Result<Ru
     if let Some(0) = b.ring {
         return Err(Error::invalid("flag `--trunk-ring`: must be at least 1"));
     }
+    // A trunk or cache budget above what the model can use means "all of it": plan that much,
+    // not a budget the machine cannot give (which would be refused as if the model needed it).
+    let clamped = Budget {
+        trunk: b.trunk.map(|t| t.min(s.trunk_all())),
+        cache: b.cache.map(|c| c.min(s.cache_max().max(s.cache_min()))),
+        ..b.clone()
+    };
+    for (flag, asked, used, what) in [
+        ("--trunk-gb", b.trunk, clamped.trunk, "the whole trunk"),
+        ("--cache-gb", b.cache, clamped.cache, "every expert"),
+    ] {
+        if let (Some(a), Some(u)) = (asked, used) {
+            if u < a {
+                notes.push(format!(
+                    "{flag} {} is more than {what} needs ({}); planning {}",
+                    gb(a),
+                    gb(u),
+                    gb(u)
+                ));
+            }
+        }
+    }
+    let b = &clamped;
     let (budget_name, budget, trunk_budget, preset_tables, cache_bytes) = match b.preset {
         Some(p) => {
             if b.mem.is_some() {
@@ -1054,22 +1091,23 @@ pub fn plan_run(s: &ModelSizes, b: &Budget, available: Option<u64>) -> Result<Ru
                     notes.push(
                         "auto: available memory unknown; planning the trunk and tables resident and the smallest expert cache".into(),
                     );
-                    let m = s.fixed()
-                        + b.trunk.unwrap_or(s.trunk_all())
-                        + s.tables_resident()
-                        + b.cache.unwrap_or(s.cache_min());
+                    let m = s
+                        .fixed()
+                        .saturating_add(b.trunk.unwrap_or(s.trunk_all()))
+                        .saturating_add(s.tables_resident())
+                        .saturating_add(b.cache.unwrap_or(s.cache_min()));
                     ("auto".to_string(), m)
                 }
             };
             let fixed = s.fixed();
             let min_total = fixed
-                + b.trunk.unwrap_or(s.trunk_min())
-                + s.tables_streamed()
-                + b.cache.unwrap_or(s.cache_min());
+                .saturating_add(b.trunk.unwrap_or(s.trunk_min()))
+                .saturating_add(s.tables_streamed())
+                .saturating_add(b.cache.unwrap_or(s.cache_min()));
             if m < min_total {
                 let (have, need) = gb_pair(m, min_total);
                 return Err(Error::resources(format!(
-                    "memory plan does not fit: the budget {} ({name}) is below the minimum {} for this model (fixed items {} incl. KDA state {} and MLA cache {}; trunk {}; streamed model tables {}; expert cache {}), short by {}; give a larger --mem-gb, fewer positions (--gen, a shorter prompt), or free memory",
+                    "memory plan does not fit: the budget {} ({name}) is below the minimum {} this plan needs (fixed items {} incl. KDA state {} and MLA cache {}; trunk {}; streamed model tables {}; expert cache {}), short by {}; give a larger --mem-gb, fewer positions (--gen, a shorter prompt), or free memory",
                     have,
                     need,
                     gb(fixed),
@@ -1124,15 +1162,7 @@ pub fn plan_run(s: &ModelSizes, b: &Budget, available: Option<u64>) -> Result<Ru
         total: 0,
         available,
     };
-    p.total = p.trunk_resident
-        + p.trunk_ring
-        + p.model_tables
-        + p.expert_cache
-        + p.kda_state
-        + p.mla_cache
-        + p.scratch
-        + p.tokenizer
-        + p.tensor_index;
+    p.total = p.items_total();
     if let Some(m) = budget {
         if p.total > m {
             let (need, have) = gb_pair(p.total, m);
@@ -1176,15 +1206,7 @@ pub fn minimum_plan(s: &ModelSizes, available: Option<u64>) -> MemoryPlan {
         total: 0,
         available,
     };
-    p.total = p.trunk_resident
-        + p.trunk_ring
-        + p.model_tables
-        + p.expert_cache
-        + p.kda_state
-        + p.mla_cache
-        + p.scratch
-        + p.tokenizer
-        + p.tensor_index;
+    p.total = p.items_total();
     p
 }
 

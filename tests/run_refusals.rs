@@ -16,6 +16,9 @@ fn copy_fixture(name: &str, tag: &str) -> PathBuf {
     let dst = scratch_dir(&format!("refusal_{tag}"));
     for e in std::fs::read_dir(fixture(name)).unwrap() {
         let p = e.unwrap().path();
+        if !p.is_file() {
+            continue; // the model files only (a stray directory is not part of it)
+        }
         std::fs::copy(&p, dst.join(p.file_name().unwrap())).unwrap();
     }
     dst

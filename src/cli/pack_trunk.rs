@@ -52,12 +52,30 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         .map(PathBuf::from)
         .unwrap_or_else(|| model_dir.join("config.json"));
     let quiet = args.switch("quiet");
-    // An unwritable output directory is invalid input, found before any shard is read.
+    // An unwritable output directory is invalid input, found before any shard is read; a
+    // directory created for the output is removed again (if still empty) when the model turns
+    // out to be unusable or the pack fails, so a failed pack leaves nothing behind.
+    let created = !out_dir.exists();
     check_out_dir(&out_dir)?;
-    let cfg = Config::from_file(&config)?;
-    let index = TensorIndex::open(&model_dir)?;
+    let result = Config::from_file(&config).and_then(|cfg| {
+        let index = TensorIndex::open(&model_dir)?;
+        pack_into(&cfg, &index, &out_dir, quiet)
+    });
+    if result.is_err() && created {
+        let _ = std::fs::remove_dir(&out_dir);
+    }
+    result
+}
+
+/// Packs into a checked `out_dir`, with progress and the closing line unless `quiet`.
+fn pack_into(
+    cfg: &Config,
+    index: &TensorIndex,
+    out_dir: &std::path::Path,
+    quiet: bool,
+) -> Result<()> {
     if !quiet {
-        if let Some(line) = replacing_line(&out_dir, &PackedTrunk::plan(&cfg, &index)?) {
+        if let Some(line) = replacing_line(out_dir, &PackedTrunk::plan(cfg, index)?) {
             crate::sayln!("{line}");
         }
     }
@@ -87,7 +105,7 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         }
         last_layers = p.layers_done;
     };
-    let s = pack(&cfg, &index, &out_dir, &mut show)?;
+    let s = pack(cfg, index, out_dir, &mut show)?;
     if !quiet {
         if terminal {
             crate::sayln!();

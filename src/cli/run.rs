@@ -131,9 +131,15 @@ fn gb_flag(a: &Args, name: &str) -> Result<Option<u64>> {
                     "flag `--{name} {v}`: expected a number of decimal GB (fractions allowed)"
                 ))
             })?;
-            if !x.is_finite() || x <= 0.0 || x * GB >= u64::MAX as f64 {
+            if x.is_nan() || x <= 0.0 {
                 return Err(Error::invalid(format!(
                     "flag `--{name} {v}`: expected a positive number of decimal GB"
+                )));
+            }
+            if !x.is_finite() || x * GB >= u64::MAX as f64 {
+                return Err(Error::invalid(format!(
+                    "flag `--{name} {v}`: too large; expected at most {} decimal GB",
+                    (u64::MAX as f64 / GB).floor()
                 )));
             }
             let bytes = gb_to_bytes(x);
@@ -154,8 +160,9 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
     };
     if a.positional.len() != 1 {
         return Err(Error::invalid(format!(
-            "run: expected one model directory, found {} positional arguments (see k3 --help)",
-            a.positional.len()
+            "run: expected one model directory, found {} positional argument{} (see k3 --help)",
+            a.positional.len(),
+            if a.positional.len() == 1 { "" } else { "s" }
         )));
     }
     for (flag, what) in NOT_YET {
@@ -251,8 +258,13 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
         );
     }
     let threads = a.parsed::<usize>("threads", "a positive integer")?;
-    if threads == Some(0) {
-        return Err(Error::invalid("flag `--threads`: must be at least 1"));
+    if let Some(t) = threads {
+        if !(1..=k3_kernels::pool::MAX_THREADS).contains(&t) {
+            return Err(Error::invalid(format!(
+                "flag `--threads {t}`: expected 1 to {}",
+                k3_kernels::pool::MAX_THREADS
+            )));
+        }
     }
     let layers = a.parsed::<usize>("layers", "a positive integer")?;
     if layers == Some(0) {
@@ -261,8 +273,31 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
     // Output files go where the user said: every output path is checked (and its temporary
     // created) now, so that a bad path is a usage error before the run, not an I/O failure
     // after it (ENGINE.md §3).
-    let out_path = a.value_os("out").map(PathBuf::from);
-    let dump_path = a.value_os("dump-logits").map(PathBuf::from);
+    // Links followed: an output replaces the file a link names (crate::io::out::resolve_links).
+    let out_path = a
+        .value_os("out")
+        .map(|p| crate::io::out::resolve_links(Path::new(&p)));
+    let dump_path = a
+        .value_os("dump-logits")
+        .map(|p| crate::io::out::resolve_links(Path::new(&p)));
+    let config_path = a.value_os("config").map(PathBuf::from);
+    let tok_dir = a.value_os("tok").map(PathBuf::from);
+    let prompt_file = a.value_os("prompt-file").map(PathBuf::from);
+    let input_dirs: Vec<&Path> = [Some(&model_dir), trunk_dir.as_ref(), tok_dir.as_ref()]
+        .into_iter()
+        .flatten()
+        .map(|p| p.as_path())
+        .collect();
+    let input_files: Vec<&Path> = [config_path.as_ref(), prompt_file.as_ref()]
+        .into_iter()
+        .flatten()
+        .map(|p| p.as_path())
+        .collect();
+    for (flag, p) in [("--out", &out_path), ("--dump-logits", &dump_path)] {
+        if let Some(p) = p {
+            crate::io::out::check_not_input(flag, p, &input_dirs, &input_files)?;
+        }
+    }
     if let (Some(o), Some(d)) = (&out_path, &dump_path) {
         if o == d {
             return Err(Error::invalid(format!(
@@ -458,7 +493,15 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
             )));
         }
     }
-    let positions = ids.len() + req.gen;
+    // A sum past usize is invalid input; a huge but countable one is left to the memory plan
+    // (its MLA cache saturates, so it is refused with exit 3, never wrapped to a small size).
+    let positions = ids.len().checked_add(req.gen).ok_or_else(|| {
+        Error::invalid(format!(
+            "prompt ({} ids) + --gen {} is more positions than this machine can count",
+            ids.len(),
+            req.gen
+        ))
+    })?;
     if let Some(maxp) = cfg.max_position_embeddings {
         if positions as u64 > maxp {
             return Err(Error::invalid(format!(
@@ -781,8 +824,11 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
             match &mut printer {
                 Some(p) => p.push(tok)?,
                 None => {
-                    let _ = write!(out, "{}{tok}", if printed { "," } else { "" });
-                    let _ = out.flush();
+                    // The generated ids are the run's output: a failed write (a full disk, a
+                    // closed pipe) fails the run (exit 4) as it does for text.
+                    write!(out, "{}{tok}", if printed { "," } else { "" })
+                        .and_then(|_| out.flush())
+                        .map_err(|e| Error::io(format!("standard output: {e}")))?;
                 }
             }
             printed = true;
@@ -835,15 +881,13 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
             step_stats = diff(experts.stats(), s);
             step_dense = dense_bytes(&trunk) - dense_s;
         }
-        match &mut printer {
-            Some(p) => {
-                p.finish()?;
-                let _ = writeln!(out);
-            }
-            None if printed => {
-                let _ = writeln!(out);
-            }
-            None => {}
+        if let Some(p) = &mut printer {
+            p.finish()?;
+        }
+        if printed || printer.is_some() {
+            writeln!(out)
+                .and_then(|_| out.flush())
+                .map_err(|e| Error::io(format!("standard output: {e}")))?;
         }
         if let Some(t) = &tok {
             rep.generated_text = Some(t.decode_lossy(&rep.generated_ids)?);

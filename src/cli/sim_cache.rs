@@ -7,13 +7,15 @@
 
 use crate::cli::args::{Args, Spec};
 use crate::error::{Error, Result};
+use crate::io::OutFile;
 use crate::stream::policy::POLICY_NAMES;
 use crate::stream::sim::{belady, compulsory, simulate, SimResult};
 use crate::stream::trace::{derive_incremental, read_trace};
 use crate::stream::ExpertKey;
 use std::ffi::OsString;
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 
 /// Bytes of one K3 routed expert (FORMATS.md §4): the default `--expert-bytes`.
 pub const K3_EXPERT_BYTES: u64 = 17_547_264;
@@ -99,6 +101,15 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     }
     policies.dedup();
     let capacities = capacities(&args, expert_bytes)?;
+    // The TSV path is checked (its temporary created) before the replay, as a run's outputs.
+    let mut tsv_out = match args.value_os("tsv") {
+        Some(p) => Some(OutFile::create(
+            "--tsv",
+            Path::new(&p),
+            "the sim-cache table",
+        )?),
+        None => None,
+    };
 
     let records = read_trace(&trace_path)?;
     let mut variants = Vec::new();
@@ -221,9 +232,14 @@ pub fn run(argv: &[OsString]) -> Result<()> {
             let _ = writeln!(out, "{best_line}");
         }
     }
-    crate::out!("{out}");
-    if let Some(path) = args.value_os("tsv") {
-        let path = PathBuf::from(path);
+    // The table is the command's output: a failed write is exit 4, not a silent success.
+    {
+        let mut so = std::io::stdout();
+        so.write_all(out.as_bytes())
+            .and_then(|_| so.flush())
+            .map_err(|e| Error::io(format!("standard output: {e}")))?;
+    }
+    if let Some(mut f) = tsv_out.take() {
         let mut text = String::new();
         let _ = writeln!(
             text,
@@ -236,12 +252,8 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         }
         let _ = writeln!(text, "# {best_line}");
         text.push_str(&tsv);
-        let tmp = path.with_extension("tsv.tmp");
-        std::fs::write(&tmp, text)
-            .and_then(|()| std::fs::rename(&tmp, &path))
-            .map_err(|e| {
-                Error::invalid(format!("{}: cannot write (--tsv): {e}", path.display()))
-            })?;
+        f.write_all(text.as_bytes())?;
+        f.commit()?;
     }
     Ok(())
 }

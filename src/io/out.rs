@@ -77,6 +77,68 @@ pub fn check_target(flag: &str, path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// `path` with symbolic links in its last component followed (a relative target read from
+/// the link's directory; at most 40 links, as the kernel allows): an output named through a
+/// link replaces the file the link points at, as a shell's `>` writes through it, instead of
+/// replacing the link itself with a regular file (`--out /dev/stdout` replaced the
+/// `/dev/stdout` link when run as root).
+pub fn resolve_links(path: &Path) -> PathBuf {
+    let mut p = path.to_path_buf();
+    for _ in 0..40 {
+        match std::fs::read_link(&p) {
+            Ok(t) if t.is_absolute() => p = t,
+            Ok(t) => {
+                p = match p.parent() {
+                    Some(d) if !d.as_os_str().is_empty() => d.join(t),
+                    _ => t,
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    p
+}
+
+/// Refuses an output `path` that is one of the run's inputs: a file directly inside one of
+/// `input_dirs` (model, packed trunk, tokenizer directory) or one of `input_files`, compared by
+/// device and inode, so neither links nor `..` hide it. Writing there would replace a shard
+/// or config with a logits dump.
+///
+/// Errors (exit 2): naming `flag`, the path and the input it would replace.
+pub fn check_not_input(
+    flag: &str,
+    path: &Path,
+    input_dirs: &[&Path],
+    input_files: &[&Path],
+) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = std::fs::metadata(path) else {
+        return Ok(()); // a new file replaces nothing
+    };
+    let same =
+        |q: &Path| std::fs::metadata(q).is_ok_and(|n| n.dev() == m.dev() && n.ino() == m.ino());
+    let hit = input_files
+        .iter()
+        .map(|f| f.to_path_buf())
+        .find(|f| same(f))
+        .or_else(|| {
+            input_dirs.iter().find_map(|d| {
+                std::fs::read_dir(d)
+                    .ok()?
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .find(|f| same(f))
+            })
+        });
+    match hit {
+        Some(input) => Err(Error::invalid(format!(
+            "flag `{flag} {}`: is {}, an input of this run; writing there would replace it, give another path",
+            path.display(),
+            input.display()
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// An output file being written under its temporary name (module docs).
 #[derive(Debug)]
 pub struct OutFile {
@@ -88,12 +150,14 @@ pub struct OutFile {
 }
 
 impl OutFile {
-    /// Checks `path` ([`check_target`]) and creates `<path>.tmp` (truncating an old one) for
+    /// Follows links in `path` ([`resolve_links`]), checks it ([`check_target`]) and creates
+    /// `<path>.tmp` (truncating an old one) for
     /// writing `what` (e.g. "the logits dump"), named in later errors.
     ///
     /// Errors (exit 2): the path is unusable or the temporary cannot be created, naming `flag`
     /// (e.g. `--dump-logits`) and the path; exit 3 if the disk is already full.
     pub fn create(flag: &str, path: &Path, what: &'static str) -> Result<OutFile> {
+        let path = &resolve_links(path);
         check_target(flag, path)?;
         let tmp = tmp_path(path);
         let f = File::create(&tmp).map_err(|e| {

@@ -91,6 +91,9 @@ impl DecodeState {
             .iter()
             .filter(|k| **k == AttnKind::Mla)
             .count() as u64;
-        n_mla * capacity as u64 * d.mla_row() as u64 * 4
+        // saturating: a huge capacity must read as "does not fit" in the plan, not wrap
+        n_mla
+            .saturating_mul(capacity as u64)
+            .saturating_mul(d.mla_row() as u64 * 4)
     }
 }

@@ -666,6 +666,12 @@ pub fn check_out_dir(out_dir: &Path) -> Result<()> {
             ))
         }
     };
+    if out_dir.exists() && !out_dir.is_dir() {
+        return Err(Error::invalid(format!(
+            "pack-trunk: output directory {}: exists and is not a directory; give a directory",
+            out_dir.display()
+        )));
+    }
     std::fs::create_dir_all(out_dir).map_err(|e| bad(&e, "cannot create the directory"))?;
     let probe = out_dir.join(format!(".k3-probe-{}{TMP_SUFFIX}", std::process::id()));
     std::fs::File::create(&probe).map_err(|e| bad(&e, "cannot create files in it"))?;
