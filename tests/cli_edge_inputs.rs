@@ -304,3 +304,193 @@ fn a_failed_pack_trunk_leaves_no_output_directory() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("not a directory"), "{}", stderr(&o));
 }
+
+/// Runs k3 in `dir` (so relative spellings of one file can be compared).
+fn run_in(dir: &Path, args: &[&str]) -> Output {
+    k3().current_dir(dir).args(args).output().expect("start k3")
+}
+
+#[test]
+fn no_output_overwrites_an_input_or_another_output_through_any_name() {
+    let model = tiny_without_max_positions("edge_any_name_model");
+    let m = model.display().to_string();
+    let shard = model.join("model-00004-of-00007.safetensors");
+    let before = std::fs::read(&shard).unwrap();
+    let dir = scratch_dir("edge_any_name");
+    let d = |p: &str| dir.join(p);
+    std::fs::create_dir_all(d("d1")).unwrap();
+    std::fs::create_dir_all(d("d2")).unwrap();
+    std::os::unix::fs::symlink("d2", d("ldir")).unwrap();
+    // the cache trace through a link into the model (was: written into the shard, exit 0)
+    std::fs::create_dir_all(d("trace")).unwrap();
+    std::os::unix::fs::symlink(&shard, d("trace/expert_trace.bin")).unwrap();
+    // a link left at the temporary name of --out (was: the shard truncated)
+    std::os::unix::fs::symlink(&shard, d("evil.json.tmp")).unwrap();
+    // a prompt file at the temporary name of --out (was: truncated, "the prompt file is empty")
+    std::fs::write(d("r.json.tmp"), "hello").unwrap();
+    // a symlink loop (was: replaced by a regular file)
+    std::os::unix::fs::symlink("y", d("x")).unwrap();
+    std::os::unix::fs::symlink("x", d("y")).unwrap();
+    let pwd_z = d("z.bin").display().to_string();
+    let cases: Vec<Vec<&str>> = vec![
+        vec![
+            &m,
+            "--ids",
+            "1,2",
+            "--gen",
+            "2",
+            "--dump-cache-trace",
+            "trace",
+        ],
+        vec![&m, "--ids", "1,2", "--gen", "2", "--out", "evil.json"],
+        vec![
+            &m,
+            "--ids",
+            "1,2",
+            "--gen",
+            "2",
+            "--prompt-file",
+            "r.json.tmp",
+            "--out",
+            "r.json",
+        ],
+        vec![
+            &m,
+            "--ids",
+            "1,2",
+            "--gen",
+            "2",
+            "--out",
+            "q.bin",
+            "--dump-logits",
+            "./q.bin",
+        ],
+        vec![
+            &m,
+            "--ids",
+            "1,2",
+            "--gen",
+            "2",
+            "--out",
+            &pwd_z,
+            "--dump-logits",
+            "z.bin",
+        ],
+        vec![
+            &m,
+            "--ids",
+            "1,2",
+            "--gen",
+            "2",
+            "--out",
+            "d1/../w.bin",
+            "--dump-logits",
+            "w.bin",
+        ],
+        vec![
+            &m,
+            "--ids",
+            "1,2",
+            "--gen",
+            "2",
+            "--out",
+            "ldir/v.bin",
+            "--dump-logits",
+            "d2/v.bin",
+        ],
+        vec![
+            &m,
+            "--ids",
+            "1,2",
+            "--gen",
+            "2",
+            "--out",
+            "u.json",
+            "--dump-logits",
+            "u.json.tmp",
+        ],
+        vec![
+            &m,
+            "--ids",
+            "1,2",
+            "--gen",
+            "2",
+            "--dump-cache-trace",
+            "t2",
+            "--dump-logits",
+            "t2/expert_hist.json",
+        ],
+        vec![
+            &m,
+            "--ids",
+            "1,2",
+            "--gen",
+            "2",
+            "--dump-cache-trace",
+            "t3",
+            "--out",
+            "t3/expert_trace.bin",
+        ],
+        vec![&m, "--ids", "1,2", "--gen", "2", "--out", "x"],
+    ];
+    for args in &cases {
+        let o = run_in(&dir, args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(o.stdout.is_empty(), "{args:?}: refused before the run");
+    }
+    assert_eq!(
+        std::fs::read(&shard).unwrap(),
+        before,
+        "the shard is intact"
+    );
+    assert_eq!(std::fs::read_to_string(d("r.json.tmp")).unwrap(), "hello");
+    assert!(std::fs::symlink_metadata(d("x"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    for gone in ["q.bin", "z.bin", "w.bin", "d2/v.bin", "u.json", "t2", "t3"] {
+        assert!(!d(gone).exists(), "{gone} was not written");
+    }
+    // new names next to the model's files are fine
+    let o = run_in(
+        &dir,
+        &[
+            &m,
+            "--ids",
+            "1,2",
+            "--gen",
+            "2",
+            "--out",
+            &format!("{m}/run.json"),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+
+    // sim-cache: the table never replaces the trace it replays
+    let trace = d("tr.bin");
+    std::fs::copy(fixture("real/expert_trace.bin"), &trace).unwrap();
+    std::os::unix::fs::symlink("tr.bin", d("tl")).unwrap();
+    for tsv in ["tr.bin", "tl", "./tr.bin"] {
+        let o = run_in(
+            &dir,
+            &["sim-cache", "tr.bin", "--capacity-gb", "1", "--tsv", tsv],
+        );
+        assert_eq!(o.status.code(), Some(2), "--tsv {tsv}: {}", stderr(&o));
+    }
+    assert_eq!(
+        std::fs::read(&trace).unwrap(),
+        std::fs::read(fixture("real/expert_trace.bin")).unwrap()
+    );
+}
+
+#[test]
+fn a_failed_pack_trunk_removes_every_directory_it_created() {
+    let dir = scratch_dir("edge_pack_nested");
+    let o = run(&[
+        "pack-trunk",
+        dir.to_str().unwrap(),
+        dir.join("n1/n2/n3").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(!dir.join("n1").exists(), "n1/n2 left behind");
+}

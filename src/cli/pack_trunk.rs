@@ -55,14 +55,21 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     // An unwritable output directory is invalid input, found before any shard is read; a
     // directory created for the output is removed again (if still empty) when the model turns
     // out to be unusable or the pack fails, so a failed pack leaves nothing behind.
-    let created = !out_dir.exists();
+    // The directories this pack creates, innermost first.
+    let created: Vec<PathBuf> = out_dir
+        .ancestors()
+        .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+        .map(|d| d.to_path_buf())
+        .collect();
     check_out_dir(&out_dir)?;
     let result = Config::from_file(&config).and_then(|cfg| {
         let index = TensorIndex::open(&model_dir)?;
         pack_into(&cfg, &index, &out_dir, quiet)
     });
-    if result.is_err() && created {
-        let _ = std::fs::remove_dir(&out_dir);
+    if result.is_err() {
+        for d in &created {
+            let _ = std::fs::remove_dir(d); // only while empty
+        }
     }
     result
 }

@@ -18,7 +18,7 @@ use crate::report::{RunReport, StepReport};
 use crate::stream::bind::{self, StreamConfig};
 use crate::stream::pack::PackedTrunk;
 use crate::stream::policy::{DEFAULT_POLICY, POLICY_NAMES};
-use crate::stream::trace::TraceWriter;
+use crate::stream::trace::{TraceWriter, HIST_FILE, TRACE_FILE};
 use crate::stream::trunk::StreamedTrunk;
 use k3_kernels::{Fnv1a64, Isa, Kernels};
 use std::ffi::OsString;
@@ -273,13 +273,19 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
     // Output files go where the user said: every output path is checked (and its temporary
     // created) now, so that a bad path is a usage error before the run, not an I/O failure
     // after it (ENGINE.md §3).
-    // Links followed: an output replaces the file a link names (crate::io::out::resolve_links).
-    let out_path = a
-        .value_os("out")
-        .map(|p| crate::io::out::resolve_links(Path::new(&p)));
-    let dump_path = a
-        .value_os("dump-logits")
-        .map(|p| crate::io::out::resolve_links(Path::new(&p)));
+    let out_path = a.value_os("out").map(PathBuf::from);
+    let dump_path = a.value_os("dump-logits").map(PathBuf::from);
+    let trace_dir = a.value_os("dump-cache-trace").map(PathBuf::from);
+    if let Some(t) = &trace_dir {
+        if t.exists() && !t.is_dir() {
+            return Err(Error::invalid(format!(
+                "flag `--dump-cache-trace {}`: not a directory; give a directory for expert_trace.bin and expert_hist.json",
+                t.display()
+            )));
+        }
+    }
+    // No output may overwrite an input (a shard, the config, the prompt file, a tokenizer or
+    // packed-trunk file) or another output, through any link or spelling (io::out).
     let config_path = a.value_os("config").map(PathBuf::from);
     let tok_dir = a.value_os("tok").map(PathBuf::from);
     let prompt_file = a.value_os("prompt-file").map(PathBuf::from);
@@ -293,28 +299,15 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
         .flatten()
         .map(|p| p.as_path())
         .collect();
-    for (flag, p) in [("--out", &out_path), ("--dump-logits", &dump_path)] {
-        if let Some(p) = p {
-            crate::io::out::check_not_input(flag, p, &input_dirs, &input_files)?;
-        }
-    }
-    if let (Some(o), Some(d)) = (&out_path, &dump_path) {
-        if o == d {
-            return Err(Error::invalid(format!(
-                "flags `--out` and `--dump-logits` name the same file {}",
-                o.display()
-            )));
-        }
-    }
-    let trace_dir = a.value_os("dump-cache-trace").map(PathBuf::from);
+    let mut outputs: Vec<(&str, PathBuf)> = Vec::new();
+    outputs.extend(out_path.iter().map(|p| ("--out", p.clone())));
+    outputs.extend(dump_path.iter().map(|p| ("--dump-logits", p.clone())));
     if let Some(t) = &trace_dir {
-        if t.exists() && !t.is_dir() {
-            return Err(Error::invalid(format!(
-                "flag `--dump-cache-trace {}`: not a directory; give a directory for expert_trace.bin and expert_hist.json",
-                t.display()
-            )));
+        for name in [TRACE_FILE, HIST_FILE] {
+            outputs.push(("--dump-cache-trace", t.join(name)));
         }
     }
+    crate::io::out::check_outputs(&outputs, &input_dirs, &input_files)?;
     let out = match &out_path {
         Some(p) => Some(OutFile::create("--out", p, "the report")?),
         None => None,

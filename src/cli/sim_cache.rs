@@ -103,11 +103,11 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     let capacities = capacities(&args, expert_bytes)?;
     // The TSV path is checked (its temporary created) before the replay, as a run's outputs.
     let mut tsv_out = match args.value_os("tsv") {
-        Some(p) => Some(OutFile::create(
-            "--tsv",
-            Path::new(&p),
-            "the sim-cache table",
-        )?),
+        Some(p) => Some({
+            // never over the trace being replayed, through any link or spelling
+            crate::io::out::check_outputs(&[("--tsv", PathBuf::from(&p))], &[], &[&trace_path])?;
+            OutFile::create("--tsv", Path::new(&p), "the sim-cache table")?
+        }),
         None => None,
     };
 

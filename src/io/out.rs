@@ -78,11 +78,12 @@ pub fn check_target(flag: &str, path: &Path) -> Result<()> {
 }
 
 /// `path` with symbolic links in its last component followed (a relative target read from
-/// the link's directory; at most 40 links, as the kernel allows): an output named through a
-/// link replaces the file the link points at, as a shell's `>` writes through it, instead of
-/// replacing the link itself with a regular file (`--out /dev/stdout` replaced the
-/// `/dev/stdout` link when run as root).
-pub fn resolve_links(path: &Path) -> PathBuf {
+/// the link's directory): an output named through a link replaces the file the link points
+/// at, as a shell's `>` writes through it, instead of replacing the link itself with a regular
+/// file (`--out /dev/stdout` replaced the `/dev/stdout` link when run as root).
+///
+/// Errors (exit 2, naming `flag`): more than 40 links in a row (a loop), as the kernel's ELOOP.
+pub fn resolve_links(flag: &str, path: &Path) -> Result<PathBuf> {
     let mut p = path.to_path_buf();
     for _ in 0..40 {
         match std::fs::read_link(&p) {
@@ -93,10 +94,68 @@ pub fn resolve_links(path: &Path) -> PathBuf {
                     _ => t,
                 }
             }
-            Err(_) => break,
+            Err(_) => return Ok(p),
         }
     }
-    p
+    Err(Error::invalid(format!(
+        "flag `{flag} {}`: too many levels of symbolic links (a loop?); give a file path",
+        path.display()
+    )))
+}
+
+/// Where an output lands, for comparing outputs that may not exist yet: the canonical
+/// directory (links and `..` resolved) joined with the file name, or the path as given when
+/// its directory does not exist yet; plus device and inode when the file exists (hard links).
+fn identity(path: &Path) -> (PathBuf, Option<(u64, u64)>) {
+    use std::os::unix::fs::MetadataExt;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let place = match (std::fs::canonicalize(dir), path.file_name()) {
+        (Ok(d), Some(n)) => d.join(n),
+        _ => path.to_path_buf(),
+    };
+    let inode = std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
+    (place, inode)
+}
+
+/// Checks every output file of one command together, before any work (ENGINE.md §3): each
+/// `(flag, path)` with links followed ([`resolve_links`]), and its temporary `<path>.tmp`,
+/// must not be an input ([`check_not_input`]) and must not land on another output or its
+/// temporary (compared by directory and name, or by device and inode), so that no output
+/// overwrites an input or another output, whatever spelling, link or `..` names it.
+///
+/// Errors (exit 2): naming the flags and the file.
+pub fn check_outputs(
+    outputs: &[(&str, PathBuf)],
+    input_dirs: &[&Path],
+    input_files: &[&Path],
+) -> Result<()> {
+    type Seen = (String, (PathBuf, Option<(u64, u64)>));
+    let mut seen: Vec<Seen> = Vec::new();
+    for (flag, given) in outputs {
+        let fin = resolve_links(flag, given)?;
+        let tmp = tmp_path(&fin);
+        let named = format!("{flag} {}", given.display());
+        let mut mine: Vec<Seen> = Vec::new();
+        for q in [&fin, &tmp] {
+            check_not_input(flag, q, input_dirs, input_files)?;
+            let id = identity(q);
+            let clash = seen
+                .iter()
+                .find(|(_, (place, inode))| *place == id.0 || (inode.is_some() && *inode == id.1));
+            if let Some((other, _)) = clash {
+                return Err(Error::invalid(format!(
+                    "flags `{other}` and `{named}` name the same file {} (or its temporary); give each output its own path",
+                    id.0.display()
+                )));
+            }
+            mine.push((named.clone(), id));
+        }
+        seen.extend(mine);
+    }
+    Ok(())
 }
 
 /// Refuses an output `path` that is one of the run's inputs: a file directly inside one of
@@ -157,9 +216,11 @@ impl OutFile {
     /// Errors (exit 2): the path is unusable or the temporary cannot be created, naming `flag`
     /// (e.g. `--dump-logits`) and the path; exit 3 if the disk is already full.
     pub fn create(flag: &str, path: &Path, what: &'static str) -> Result<OutFile> {
-        let path = &resolve_links(path);
+        let path = &resolve_links(flag, path)?;
         check_target(flag, path)?;
         let tmp = tmp_path(path);
+        // A link at the temporary name is followed (the tests point one at /dev/full to
+        // fill the disk); `check_outputs` has already refused one that reaches an input.
         let f = File::create(&tmp).map_err(|e| {
             if matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)) {
                 write_error(&tmp, what, 0, &e)
