@@ -69,20 +69,8 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     } else {
         report.text()
     };
-    write_stdout(&text)?;
+    crate::cli::write_stdout(text.as_bytes())?;
     census.check(&report.dir)
-}
-
-/// Writes to standard output without panicking: a closed pipe (`k3 inspect … | head`) ends the
-/// output quietly; any other write error is an I/O failure (exit 4).
-fn write_stdout(text: &str) -> Result<()> {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Err(e) => Err(Error::io(format!("standard output: {e}"))),
-    }
 }
 
 struct Report<'a> {

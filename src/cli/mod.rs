@@ -72,3 +72,16 @@ fn dispatch(args: Vec<OsString>) -> Result<()> {
         ))),
     }
 }
+
+/// Writes `bytes` of a command's output (ids, text, tables) to standard output and flushes.
+///
+/// Errors (exit 4, "standard output: …"): any failed write, a full disk or a closed pipe
+/// alike: the output is what the user asked for, so losing it is never a success (README
+/// "Use"). Report text on standard error goes through `say!` instead, which drops it.
+pub(crate) fn write_stdout(bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes)
+        .and_then(|_| out.flush())
+        .map_err(|e| Error::io(format!("standard output: {e}")))
+}

@@ -22,7 +22,6 @@ use crate::stream::trace::{TraceWriter, HIST_FILE, TRACE_FILE};
 use crate::stream::trunk::StreamedTrunk;
 use k3_kernels::{Fnv1a64, Isa, Kernels};
 use std::ffi::OsString;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -685,7 +684,6 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
         let mut state = DecodeState::new(&d, layers, positions.max(1));
         let mut dump = Dump { w: dump };
         let mut hash = Fnv1a64::new();
-        let mut out = std::io::stdout();
         let mut printer = tok.as_ref().map(|t| TextPrinter::new(t, std::io::stdout()));
         let v = d.v;
         let m = &model;
@@ -819,9 +817,8 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
                 None => {
                     // The generated ids are the run's output: a failed write (a full disk, a
                     // closed pipe) fails the run (exit 4) as it does for text.
-                    write!(out, "{}{tok}", if printed { "," } else { "" })
-                        .and_then(|_| out.flush())
-                        .map_err(|e| Error::io(format!("standard output: {e}")))?;
+                    let sep = if printed { "," } else { "" };
+                    crate::cli::write_stdout(format!("{sep}{tok}").as_bytes())?;
                 }
             }
             printed = true;
@@ -878,9 +875,7 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
             p.finish()?;
         }
         if printed || printer.is_some() {
-            writeln!(out)
-                .and_then(|_| out.flush())
-                .map_err(|e| Error::io(format!("standard output: {e}")))?;
+            crate::cli::write_stdout(b"\n")?;
         }
         if let Some(t) = &tok {
             rep.generated_text = Some(t.decode_lossy(&rep.generated_ids)?);

@@ -14,7 +14,6 @@ use crate::stream::trace::{derive_incremental, read_trace};
 use crate::stream::ExpertKey;
 use std::ffi::OsString;
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 /// Bytes of one K3 routed expert (FORMATS.md §4): the default `--expert-bytes`.
@@ -233,12 +232,7 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         }
     }
     // The table is the command's output: a failed write is exit 4, not a silent success.
-    {
-        let mut so = std::io::stdout();
-        so.write_all(out.as_bytes())
-            .and_then(|_| so.flush())
-            .map_err(|e| Error::io(format!("standard output: {e}")))?;
-    }
+    crate::cli::write_stdout(out.as_bytes())?;
     if let Some(mut f) = tsv_out.take() {
         let mut text = String::new();
         let _ = writeln!(

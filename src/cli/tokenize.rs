@@ -6,7 +6,6 @@ use super::args::{Args, Spec};
 use crate::error::{Error, Result};
 use crate::tokenizer::{self, StreamDecoder, Tokenizer};
 use std::ffi::OsString;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 const TOKENIZE_SPECS: &[Spec] = &[
@@ -88,7 +87,7 @@ pub fn run_tokenize(argv: &[OsString]) -> Result<()> {
         }
     };
     let line = ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-    write_stdout(format!("{line}\n").as_bytes())
+    crate::cli::write_stdout(format!("{line}\n").as_bytes())
 }
 
 /// `k3 detokenize --tok DIR --ids 1,2,3`: prints the decoded text (TOKENIZER.md §9 display:
@@ -104,19 +103,13 @@ pub fn run_detokenize(argv: &[OsString]) -> Result<()> {
         None => return Err(Error::invalid("detokenize: flag `--ids 1,2,3` is required")),
     };
     let text = tok.decode_lossy(&ids).map_err(|e| e.context("--ids"))?;
-    write_stdout(text.as_bytes())
+    crate::cli::write_stdout(text.as_bytes())
 }
 
 fn read_file(path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(|e| Error::invalid(format!("{}: cannot read: {e}", path.display())))
 }
 
-fn write_stdout(b: &[u8]) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    out.write_all(b)
-        .and_then(|_| out.flush())
-        .map_err(|e| Error::io(format!("standard output: {e}")))
-}
 
 /// Parses `--{flag} 1,2,3`: comma-separated decimal ids (spaces around each allowed).
 /// Errors (exit 2) name the flag and the bad item; an empty list is an error.
