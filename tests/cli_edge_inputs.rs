@@ -6,7 +6,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use support::{fixture, k3_command, scratch_dir};
+use support::{copy_dir, fixture, k3_command, scratch_dir};
 
 fn k3() -> Command {
     k3_command(env!("CARGO_BIN_EXE_k3"))
@@ -27,13 +27,7 @@ fn tiny() -> String {
 /// A copy of tiny-k3 (files only) whose config has no `max_position_embeddings` (optional in
 /// MODEL.md), so only k3's own limits bound the positions.
 fn tiny_without_max_positions(name: &str) -> PathBuf {
-    let dir = scratch_dir(name);
-    for e in std::fs::read_dir(fixture("tiny-k3")).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_file() {
-            std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
-        }
-    }
+    let dir = copy_dir(&fixture("tiny-k3"), name);
     let cfg = std::fs::read_to_string(dir.join("config.json")).unwrap();
     let kept: Vec<&str> = cfg
         .lines()

@@ -7,7 +7,7 @@ mod support;
 use model_ref::Ckpt;
 use serde_json::Value;
 use std::path::Path;
-use support::{fixture, run_k3, scratch_dir};
+use support::{copy_dir, fixture, run_k3, scratch_dir};
 
 /// Rewrites every shard holding a tensor of `layer`'s experts with its tensors in reverse
 /// name order (so each expert's six tensors run backwards: never contiguous in order).
@@ -65,14 +65,7 @@ fn hash_and_dump(dir: &Path, tag: &str) -> (Value, Vec<u8>) {
 
 #[test]
 fn non_contiguous_experts_are_read_in_pieces_with_identical_logits() {
-    let dir = scratch_dir("experts_reversed_ckpt");
-    for e in std::fs::read_dir(fixture("tiny-k3")).unwrap() {
-        let p = e.unwrap().path();
-        if !p.is_file() {
-            continue; // the model files only (a stray directory is not part of it)
-        }
-        std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
-    }
+    let dir = copy_dir(&fixture("tiny-k3"), "experts_reversed_ckpt");
     reverse_shard_of_layer(&dir, 1); // shard 2: layers 1-3
     let c = Ckpt::open(&dir);
     let a = &c.tensors["language_model.model.layers.1.block_sparse_moe.experts.0.w1.weight_packed"];

@@ -12,7 +12,7 @@ mod support;
 use model_ref::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use support::{fixture, run_k3, scratch_dir};
+use support::{copy_dir, fixture, run_k3, scratch_dir};
 use Variant::*;
 
 struct Fx {
@@ -280,15 +280,7 @@ fn row_21_mla_cache_holds_the_normalised_latent() {
 // ---- checkpoint editing helpers ----
 
 fn copy_fixture(tag: &str) -> PathBuf {
-    let dst = scratch_dir(&format!("variants_ckpt_{tag}"));
-    for e in std::fs::read_dir(fixture("tiny-k3")).unwrap() {
-        let p = e.unwrap().path();
-        if !p.is_file() {
-            continue; // the model files only (a stray directory is not part of it)
-        }
-        std::fs::copy(&p, dst.join(p.file_name().unwrap())).unwrap();
-    }
-    dst
+    copy_dir(&fixture("tiny-k3"), &format!("variants_ckpt_{tag}"))
 }
 
 fn edit_config(dir: &Path, from: &str, to: &str) {

@@ -11,7 +11,7 @@ mod model_ref;
 mod support;
 
 use std::path::{Path, PathBuf};
-use support::{fixture, run_k3, scratch_dir};
+use support::{copy_dir, fixture, run_k3, scratch_dir};
 
 /// Runs a short generation on tiny-k3 with `extra` flags: (exit code, stdout, stderr).
 fn run(extra: &[&str]) -> (i32, String, String) {
@@ -223,14 +223,7 @@ fn a_successful_run_leaves_no_temporaries() {
 #[test]
 fn a_failed_run_leaves_no_partial_dump_or_trace() {
     use std::os::unix::fs::FileExt;
-    let model = scratch_dir("out_failed_model");
-    for e in std::fs::read_dir(fixture("tiny-k3")).unwrap() {
-        let p = e.unwrap().path();
-        if !p.is_file() {
-            continue; // the model files only (a stray directory is not part of it)
-        }
-        std::fs::copy(&p, model.join(p.file_name().unwrap())).unwrap();
-    }
+    let model = copy_dir(&fixture("tiny-k3"), "out_failed_model");
     let c = model_ref::Ckpt::open(&model);
     for e in 0..8 {
         let name =

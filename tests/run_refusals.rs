@@ -9,19 +9,11 @@ mod support;
 
 use model_ref::Ckpt;
 use std::path::{Path, PathBuf};
-use support::{fixture, run_k3, scratch_dir};
+use support::{copy_dir, fixture, run_k3};
 
 /// A private copy of a fixture checkpoint.
 fn copy_fixture(name: &str, tag: &str) -> PathBuf {
-    let dst = scratch_dir(&format!("refusal_{tag}"));
-    for e in std::fs::read_dir(fixture(name)).unwrap() {
-        let p = e.unwrap().path();
-        if !p.is_file() {
-            continue; // the model files only (a stray directory is not part of it)
-        }
-        std::fs::copy(&p, dst.join(p.file_name().unwrap())).unwrap();
-    }
-    dst
+    copy_dir(&fixture(name), &format!("refusal_{tag}"))
 }
 
 /// Overwrites bytes of tensor `name` at `off` (bytes from the tensor start).

@@ -6,7 +6,7 @@
 mod support;
 use serde_json::Value;
 use std::path::Path;
-use support::{fixture, run_k3, scratch_dir};
+use support::{copy_dir, fixture, run_k3, scratch_dir};
 
 fn expected(name: &str) -> Value {
     serde_json::from_slice(&std::fs::read(fixture(name).join("expected.json")).unwrap()).unwrap()
@@ -364,11 +364,7 @@ fn logits_hash_is_identical_across_isa_paths_and_thread_counts() {
 #[test]
 fn memory_plan_that_does_not_fit_is_refused_with_exit_3() {
     // max_position_embeddings is informational: without it only the plan limits positions
-    let dir = scratch_dir("run_tiny_plan");
-    for e in std::fs::read_dir(fixture("tiny-k3")).unwrap() {
-        let p = e.unwrap().path();
-        std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
-    }
+    let dir = copy_dir(&fixture("tiny-k3"), "run_tiny_plan");
     let cfg = std::fs::read_to_string(dir.join("config.json")).unwrap();
     std::fs::write(
         dir.join("config.json"),

@@ -110,7 +110,6 @@ fn read_file(path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(|e| Error::invalid(format!("{}: cannot read: {e}", path.display())))
 }
 
-
 /// Parses `--{flag} 1,2,3`: comma-separated decimal ids (spaces around each allowed).
 /// Errors (exit 2) name the flag and the bad item; an empty list is an error.
 pub fn parse_ids(flag: &str, s: &str) -> Result<Vec<u32>> {

@@ -11,7 +11,8 @@ pub mod support;
 #[path = "../support/synth.rs"]
 pub mod synth;
 
-pub use support::{fixture, run_k3, scratch_dir};
+#[allow(unused_imports)] // each test file uses some of these
+pub use support::{copy_dir, fixture, run_k3, scratch_dir};
 
 /// Peak RSS may exceed the plan by this much. The plan itself counts the process baseline
 /// (`k3::plan::PROCESS_BASELINE`, 12 MiB, in `scratch`; 5–7 MB measured here); the slack covers
@@ -204,19 +205,6 @@ pub fn write_shard(path: &Path, tensors: &[ShardTensor]) {
     out.extend_from_slice(&h);
     out.extend_from_slice(&data);
     std::fs::write(path, out).unwrap();
-}
-
-/// Copies a checkpoint directory (config, shards, index, tokenizer files) into a fresh
-/// scratch directory.
-pub fn copy_dir(src: &Path, name: &str) -> PathBuf {
-    let dst = scratch_dir(name);
-    for e in std::fs::read_dir(src).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_file() {
-            std::fs::copy(&p, dst.join(p.file_name().unwrap())).unwrap();
-        }
-    }
-    dst
 }
 
 /// The shard file holding tensor `name` (by the index file).

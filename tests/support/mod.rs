@@ -106,3 +106,16 @@ pub fn copy_checkpoint(fixture_name: &str, scratch: &str) -> PathBuf {
     }
     dst
 }
+
+/// Copies a checkpoint directory (config, shards, index, tokenizer files) into a fresh
+/// scratch directory.
+pub fn copy_dir(src: &std::path::Path, name: &str) -> PathBuf {
+    let dst = scratch_dir(name);
+    for e in std::fs::read_dir(src).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_file() {
+            std::fs::copy(&p, dst.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    dst
+}
