@@ -277,8 +277,8 @@ fn capacities(args: &Args, expert_bytes: u64) -> Result<Vec<Capacity>> {
                     "flag `--capacity-gb`: `{g}` is not a positive number of GB"
                 ))
             })?;
-        let n = (crate::plan::gb_to_bytes(v) / expert_bytes) as f64;
-        if n < 1.0 || n > u32::MAX as f64 {
+        let n = crate::plan::gb_to_bytes(v) / expert_bytes;
+        if n < 1 || n > u32::MAX as u64 {
             return Err(Error::invalid(format!(
                 "flag `--capacity-gb`: {g} GB holds {n} experts of {expert_bytes} bytes (need \
                  1 … {})",
