@@ -488,3 +488,24 @@ fn a_failed_pack_trunk_removes_every_directory_it_created() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(!dir.join("n1").exists(), "n1/n2 left behind");
 }
+
+#[test]
+fn the_cache_histogram_is_opened_with_the_trace_before_the_run() {
+    // A directory squatting on the histogram's temporary name: it cannot be created. Was: the
+    // run went to the end, expert_trace.bin landed under its final name, then exit 2.
+    let dir = scratch_dir("edge_hist_first");
+    std::fs::create_dir_all(dir.join("expert_hist.json.tmp")).unwrap();
+    let o = run(&[
+        &tiny(),
+        "--ids",
+        "1,2",
+        "--gen",
+        "2",
+        "--dump-cache-trace",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(o.stdout.is_empty(), "refused before the run");
+    assert!(!dir.join("expert_trace.bin").exists());
+    assert!(!dir.join("expert_trace.bin.tmp").exists());
+}

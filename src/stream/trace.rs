@@ -102,12 +102,13 @@ pub fn hist_json(n_layers: u32, n_experts: u32, counts: &BTreeMap<ExpertKey, u64
 
 /// Writes `expert_trace.bin` as the run goes (under `expert_trace.bin.tmp`, renamed at
 /// [`finish`](TraceWriter::finish); a failed run leaves no trace under the final name) and
-/// `expert_hist.json` at `finish`.
+/// `expert_hist.json` at `finish`. Both files are opened at [`create`](TraceWriter::create),
+/// before the run, so a path that cannot take the histogram fails first, not after the run.
 #[derive(Debug)]
 pub struct TraceWriter {
-    dir: PathBuf,
     trace_path: PathBuf,
     out: OutFile,
+    hist: OutFile,
     counts: BTreeMap<ExpertKey, u64>,
     n_layers: u32,
     n_experts: u32,
@@ -115,7 +116,8 @@ pub struct TraceWriter {
 }
 
 impl TraceWriter {
-    /// Creates `dir` if needed and `dir/expert_trace.bin` (replacing an old one) for a model of
+    /// Creates `dir` if needed, `dir/expert_trace.bin` and `dir/expert_hist.json` (under their
+    /// temporary names; old files are replaced at `finish`) for a model of
     /// `n_layers` layers and `n_experts` experts per MoE layer.
     ///
     /// Errors (exit 2, before the run): the directory or file cannot be created (naming
@@ -135,10 +137,15 @@ impl TraceWriter {
         })?;
         let trace_path = dir.join(TRACE_FILE);
         let out = OutFile::create("--dump-cache-trace", &trace_path, "the expert trace")?;
+        let hist = OutFile::create(
+            "--dump-cache-trace",
+            &dir.join(HIST_FILE),
+            "the expert histogram",
+        )?;
         Ok(TraceWriter {
-            dir: dir.to_path_buf(),
             trace_path,
             out,
+            hist,
             counts: BTreeMap::new(),
             n_layers,
             n_experts,
@@ -180,15 +187,12 @@ impl TraceWriter {
     /// and a rename).
     ///
     /// Errors: exit 3 on a full disk, else exit 4, naming the file and the offset.
-    pub fn finish(self) -> Result<()> {
+    pub fn finish(mut self) -> Result<()> {
+        // the histogram is written before the trace is renamed: a full disk leaves neither
+        self.hist
+            .write_all(hist_json(self.n_layers, self.n_experts, &self.counts).as_bytes())?;
         self.out.commit()?;
-        let mut hist = OutFile::create(
-            "--dump-cache-trace",
-            &self.dir.join(HIST_FILE),
-            "the expert histogram",
-        )?;
-        hist.write_all(hist_json(self.n_layers, self.n_experts, &self.counts).as_bytes())?;
-        hist.commit()
+        self.hist.commit()
     }
 }
 
