@@ -10,7 +10,6 @@ use crate::plan::{gb, MemoryPlan};
 use crate::stream::expert_cache::CacheStats;
 use crate::stream::tables::TableStats;
 use crate::stream::trunk::TrunkStats;
-use std::path::Path;
 
 /// One generated token (FORMATS.md §10 `steps`).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -360,14 +359,13 @@ impl RunReport {
         text
     }
 
-    /// Writes the JSON to `path` via `<path>.tmp` and a rename (never a half-written report).
+    /// Writes the JSON to `out` (opened before the run) and renames it into place (never a
+    /// half-written report).
     ///
-    /// Errors: exit 2 if `path` cannot be an output file, exit 3 on a full disk, else exit 4
-    /// ([`crate::io::out`]).
-    pub fn write_json(&self, path: &Path) -> Result<()> {
-        let mut f = crate::io::OutFile::create("--out", path, "the report")?;
-        f.write_all(self.json_text().as_bytes())?;
-        f.commit()
+    /// Errors: exit 3 on a full disk, else exit 4 ([`crate::io::out`]).
+    pub fn write_json(&self, mut out: crate::io::OutFile) -> Result<()> {
+        out.write_all(self.json_text().as_bytes())?;
+        out.commit()
     }
 
     /// The per-step line (ENGINE.md §6).

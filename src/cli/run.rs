@@ -375,11 +375,9 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     } else if !req.quiet {
         crate::sayln!("{}", rep.summary_lines());
     }
-    if let Some(mut out) = out {
+    if let Some(out) = out {
         // A failed report write must not hide the run's own error.
-        let w = out
-            .write_all(rep.json_text().as_bytes())
-            .and_then(|()| out.commit());
+        let w = rep.write_json(out);
         if res.is_ok() {
             w?;
         } else if let Err(we) = w {

@@ -24,10 +24,15 @@ pub fn tmp_path(path: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// True for a full disk or quota (ENOSPC, EDQUOT): exit 3, "disk space does not fit".
+pub fn is_disk_full(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+}
+
 /// Classifies a failed write of `what` (e.g. "the logits dump") to `path` at byte `offset`:
 /// ENOSPC/EDQUOT are resources (exit 3), anything else I/O (exit 4).
 pub fn write_error(path: &Path, what: &str, offset: u64, e: &std::io::Error) -> Error {
-    let full = matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT));
+    let full = is_disk_full(e);
     let msg = format!(
         "{}: writing {what} failed at byte offset {offset}: {e}",
         path.display()
@@ -222,7 +227,7 @@ impl OutFile {
         // A link at the temporary name is followed (the tests point one at /dev/full to
         // fill the disk); `check_outputs` has already refused one that reaches an input.
         let f = File::create(&tmp).map_err(|e| {
-            if matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)) {
+            if is_disk_full(&e) {
                 write_error(&tmp, what, 0, &e)
             } else {
                 Error::invalid(format!(

@@ -14,6 +14,7 @@ use crate::catalogue::{layer_suffixes, layer_tensor_name};
 use crate::checkpoint::TensorIndex;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::io::out::{is_disk_full, TMP_SUFFIX};
 use crate::io::{AlignedBuf, IoFile, ALIGN};
 use crate::json::{self, Object, Value};
 use crate::safetensors::{shape_str, Dtype};
@@ -25,8 +26,6 @@ use std::time::Instant;
 pub const TRUNK_BIN: &str = "trunk.bin";
 /// File name of the layout.
 pub const TRUNK_JSON: &str = "trunk.json";
-/// Suffix of the files being written; renamed away only when the pack is complete.
-pub const TMP_SUFFIX: &str = ".tmp";
 
 /// Bytes per copy step of [`pack`] (one direct read, one write).
 const COPY_CHUNK: usize = 64 << 20;
@@ -654,7 +653,7 @@ pub fn pack(
 /// is already full.
 pub fn check_out_dir(out_dir: &Path) -> Result<()> {
     let bad = |e: &std::io::Error, what: &str| {
-        if matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)) {
+        if is_disk_full(e) {
             Error::resources(format!(
                 "{}: {what}: {e} (not enough disk space for the packed trunk)",
                 out_dir.display()
@@ -681,7 +680,7 @@ pub fn check_out_dir(out_dir: &Path) -> Result<()> {
 
 fn write_error(path: &Path, what: &str, e: std::io::Error) -> Error {
     let msg = format!("{}: {what}: {e}", path.display());
-    if e.raw_os_error() == Some(libc::ENOSPC) || e.raw_os_error() == Some(libc::EDQUOT) {
+    if is_disk_full(&e) {
         Error::resources(format!(
             "{msg} (not enough disk space for the packed trunk)"
         ))
