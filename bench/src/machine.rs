@@ -83,6 +83,13 @@ pub fn describe_storage(path: &Path) -> Vec<(String, String)> {
     out
 }
 
+/// The 1-, 5- and 15-minute load averages from /proc/loadavg ("unknown" elsewhere).
+pub fn loadavg() -> String {
+    fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
 /// Current UTC time as `YYYY-MM-DDTHH:MM:SSZ` (no time crates).
 pub fn utc_now() -> String {
     let secs = SystemTime::now()

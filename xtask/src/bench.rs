@@ -38,7 +38,7 @@ pub fn main(args: &[String]) -> Result<(), Failure> {
         cmd.arg("--k3").arg(release.join("k3"));
     }
     if !args.iter().any(|a| a == "--command") {
-        let quoted: Vec<String> = args.iter().map(|a| quote(a)).collect();
+        let quoted: Vec<String> = args.iter().map(|a| crate::gates::shell_quote(a)).collect();
         let line = format!("cargo xtask bench {}", quoted.join(" "));
         cmd.arg("--command").arg(line.trim_end());
     }
@@ -53,25 +53,13 @@ pub fn main(args: &[String]) -> Result<(), Failure> {
     }
 }
 
-/// Shell-quotes one argument for the recorded command line.
-fn quote(a: &str) -> String {
-    if !a.is_empty()
-        && a.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+".contains(c))
-    {
-        a.to_string()
-    } else {
-        format!("'{}'", a.replace('\'', "'\\''"))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
     fn quoting() {
-        assert_eq!(super::quote("--budgets"), "--budgets");
-        assert_eq!(super::quote("a b"), "'a b'");
-        assert_eq!(super::quote("it's"), "'it'\\''s'");
-        assert_eq!(super::quote(""), "''");
+        assert_eq!(crate::gates::shell_quote("--budgets"), "--budgets");
+        assert_eq!(crate::gates::shell_quote("a b"), "'a b'");
+        assert_eq!(crate::gates::shell_quote("it's"), "'it'\\''s'");
+        assert_eq!(crate::gates::shell_quote(""), "''");
     }
 }

@@ -396,7 +396,7 @@ fn describe(cmd: &Command) -> String {
     s
 }
 
-fn shell_quote(s: &str) -> String {
+pub(crate) fn shell_quote(s: &str) -> String {
     if !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_./=,:+@%".contains(c))

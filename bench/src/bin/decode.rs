@@ -168,12 +168,6 @@ impl ExpertSource for ResidentExperts {
     }
 }
 
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
-}
-
 fn main() {
     let o = match parse_args() {
         Ok(o) => o,
@@ -189,7 +183,7 @@ fn main() {
 }
 
 fn run(o: &Opts) -> k3::Result<()> {
-    let load_before = loadavg();
+    let load_before = k3_bench::machine::loadavg();
     let llc = membw::llc_bytes().unwrap_or(32 << 20);
     let bwbuf = membw::buffer(16 * llc);
     let bw0 = membw::measure(&bwbuf, o.threads, o.membw_reps);
@@ -277,7 +271,7 @@ fn run(o: &Opts) -> k3::Result<()> {
     drop(trunk);
     drop(experts);
     let bw1 = membw::measure(&bwbuf, o.threads, o.membw_reps);
-    let load_after = loadavg();
+    let load_after = k3_bench::machine::loadavg();
     let hash = hash.finish();
     eprintln!(
         "membw after: {:.2} GB/s best; logits hash {hash:016x}; generated {:?}",

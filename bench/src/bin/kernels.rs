@@ -107,12 +107,6 @@ struct Row {
     median: f64,
 }
 
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
-}
-
 fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -156,7 +150,7 @@ fn main() {
             env!("CARGO_MANIFEST_DIR")
         )
     });
-    let load_before = loadavg();
+    let load_before = k3_bench::machine::loadavg();
     let llc = membw::llc_bytes().unwrap_or(32 << 20);
     let paths: Vec<Isa> = if opts.quick {
         vec![Isa::best()]
@@ -441,7 +435,12 @@ fn main() {
         llc
     )
     .unwrap();
-    writeln!(s, "# loadavg before: {load_before}; after: {}", loadavg()).unwrap();
+    writeln!(
+        s,
+        "# loadavg before: {load_before}; after: {}",
+        k3_bench::machine::loadavg()
+    )
+    .unwrap();
     writeln!(
         s,
         "# membw: streaming read of {} bytes, best of {} repetitions after a warm-up",
