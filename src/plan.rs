@@ -126,6 +126,19 @@ pub fn scratch_bytes(d: &Dims, t: usize, rows: usize) -> u64 {
     4 * (t as u64 * per_pos as u64 + rows as u64 * d.v as u64 + (t as u64) * d.mla_row() as u64)
 }
 
+/// The kernels' per-thread scratch for chunks of `t` positions on `threads` threads
+/// ([`k3_kernels::thread_scratch_bytes`]): the largest call prepares the top-k experts' gate
+/// and up inputs (2·Kt of width max(latent, intermediate)) or one input of the widest
+/// projection.
+pub fn kernel_scratch_bytes(d: &Dims, t: usize, threads: usize) -> u64 {
+    let widest = [d.h, d.f, d.sw, d.i, d.l, d.rq, d.hm * d.dv, d.hk * d.dk]
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+    let x_elems = 2 * d.kt * d.l.max(d.i) + widest;
+    threads as u64 * k3_kernels::thread_scratch_bytes(t, x_elems)
+}
+
 impl MemoryPlan {
     /// The sum of every item, saturating: a huge request (e.g. an MLA cache for 2^32
     /// positions) must read as "does not fit", never wrap to a small total.

@@ -66,3 +66,33 @@ fn budget_below_the_minimum_is_refused_with_exit_3_before_allocating() {
         assert!(r.stderr.contains(want), "{flag}: {}", r.stderr);
     }
 }
+
+/// Every kernel thread keeps its own scratch (widened inputs, the tiled prefill product's
+/// accumulators and x chunk: about 1 MiB at 64 positions); the plan counts it per thread.
+/// 16 threads multiplying 64-position chunks (`--gen 0` keeps every logits row, so the
+/// lm_head's 1024 rows are 16 tasks) held 16 MiB the plan did not count before.
+#[test]
+fn the_kernels_scratch_of_every_thread_is_in_the_plan() {
+    let ids: Vec<String> = (1..=64).map(|i| i.to_string()).collect();
+    let ids = ids.join(",");
+    let r = run(
+        &moderate(),
+        "rss_threads",
+        &["--ids", &ids, "--gen", "0", "--threads", "16"],
+    );
+    check_ok(&r, "16 threads, 64-position chunks");
+    let one = run(
+        &moderate(),
+        "rss_threads_1",
+        &["--ids", &ids, "--gen", "0", "--threads", "1"],
+    );
+    check_ok(&one, "1 thread, 64-position chunks");
+    assert_eq!(r.hash(), one.hash());
+    let scratch = |r: &Run| r.u64(&["memory", "plan", "scratch"]);
+    assert!(
+        scratch(&r) >= scratch(&one) + 15 * k3_kernels::thread_scratch_bytes(64, 0),
+        "plan scratch {} at 16 threads, {} at 1: the 15 more threads' kernel scratch is not counted",
+        scratch(&r),
+        scratch(&one)
+    );
+}

@@ -32,6 +32,25 @@ thread_local! {
     static X64: std::cell::Cell<Vec<f64>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
+/// Upper bound, in bytes, of the scratch one thread keeps between kernel calls: the prepared
+/// (widened) inputs of one call, at most `x_elems` f64 elements in all, and the tiled prefill
+/// product's accumulators (`ROW_BLOCK` rows × `t` positions × `DOT_LANES`), x chunk (`t` ×
+/// at most 1024 columns) and two widened rows, plus a task's output block. The buffers are
+/// kept per thread so that decode allocates nothing in steady state; a memory plan counts
+/// this once per thread ([`Kernels::threads`]). Depends on shapes only, not on the path.
+pub fn thread_scratch_bytes(t: usize, x_elems: usize) -> u64 {
+    let (t, rb, lanes) = (
+        t.max(1) as u64,
+        ROW_BLOCK as u64,
+        crate::num::DOT_LANES as u64,
+    );
+    const MAX_CHUNK_COLS: u64 = 1024;
+    // padding of prepared inputs to whole 32-column groups, generously
+    let prep = x_elems as u64 + 4096;
+    let tile = rb * t * lanes + t * MAX_CHUNK_COLS + 2 * MAX_CHUNK_COLS;
+    8 * (prep + tile) + 4 * rb * t
+}
+
 /// Runs `f` with this thread's reusable f64 buffer (taken out for the call, so a nested call
 /// just gets an empty one of its own).
 fn with_scratch<R>(f: impl FnOnce(&mut Vec<f64>) -> R) -> R {

@@ -599,7 +599,8 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
         top_k: d.kt,
         kda_state: DecodeState::kda_bytes(&d, layers),
         mla_cache: DecodeState::mla_bytes(&d, layers, positions.max(1)),
-        scratch: crate::plan::scratch_bytes(&d, chunk, logits_rows),
+        scratch: crate::plan::scratch_bytes(&d, chunk, logits_rows)
+            + crate::plan::kernel_scratch_bytes(&d, chunk, ex.threads()),
         tokenizer: tokenizer_bytes(&req.args, &req.model_dir),
         tensor_index: index.heap_bytes() as u64,
         logits_rows,
