@@ -41,6 +41,7 @@ macro_rules! out {
     }};
 }
 
+pub mod bind;
 pub mod catalogue;
 pub mod census;
 pub mod checkpoint;

@@ -6,12 +6,14 @@
 //! Errors during reads are exit 4 and name the file and byte offset.
 
 pub mod buf;
+pub mod extent;
 pub mod file;
 pub mod out;
 pub mod sys;
 pub mod threads;
 
 pub use buf::{AlignedBuf, ALIGN};
+pub use extent::Extent;
 pub use file::{window, window_capacity, IoFile, ReadDone, Window};
 pub use out::OutFile;
-pub use threads::{Extent, IoThreads, ReadRequest, ReadTicket};
+pub use threads::{IoThreads, ReadRequest, ReadTicket};

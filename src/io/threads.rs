@@ -11,6 +11,7 @@
 
 use crate::error::{Error, Result};
 use crate::io::buf::AlignedBuf;
+use crate::io::extent::Extent;
 use crate::io::file::{IoFile, ReadDone};
 use std::collections::VecDeque;
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
@@ -40,17 +41,6 @@ pub struct IoThreads {
     workers: Vec<JoinHandle<()>>,
 }
 
-/// One contiguous byte range of a file.
-#[derive(Debug, Clone, Copy)]
-pub struct Extent<'f> {
-    /// The file.
-    pub file: &'f IoFile,
-    /// Absolute byte offset in the file.
-    pub offset: u64,
-    /// Length in bytes.
-    pub len: usize,
-}
-
 /// One read of a batch: the pieces of one payload and the buffer it lands in.
 ///
 /// A single piece is read with one widened direct read ([`IoFile::read_window`]): `dest` must be
@@ -60,7 +50,7 @@ pub struct Extent<'f> {
 #[derive(Debug)]
 pub struct ReadRequest<'a> {
     /// The pieces, in payload order.
-    pub pieces: Vec<Extent<'a>>,
+    pub pieces: Vec<Extent<&'a IoFile>>,
     /// Destination buffer.
     pub dest: &'a mut [u8],
     /// Set when the read has finished: where the payload landed, or the error (exit 4).

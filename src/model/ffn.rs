@@ -1,25 +1,17 @@
 //! The SiTU-GLU MLP (MODEL.md §6.6): the dense FFN of the first `first_k_dense_replace`
 //! layers and the fused shared experts of a MoE layer (§6.7 step 9).
 
-use super::weights::Bf16Mat;
+use super::weights::MlpMats;
 use super::{Dims, Exec};
 
 /// out = W_down · SiTU-GLU(W_gate x, W_up x) over T rows; `x` [T, H], `out` [T, H].
-pub fn situ_mlp(
-    ex: &Exec,
-    d: &Dims,
-    gate: &Bf16Mat<'_>,
-    up: &Bf16Mat<'_>,
-    down: &Bf16Mat<'_>,
-    x: &[f32],
-    out: &mut [f32],
-) {
+pub fn situ_mlp(ex: &Exec, d: &Dims, m: &MlpMats<'_>, x: &[f32], out: &mut [f32]) {
     let t = x.len() / d.h;
-    let w = gate.rows;
+    let w = m.gate_proj.rows;
     let mut a = vec![0f32; t * w];
     let mut b = vec![0f32; t * w];
-    ex.matmul_same_x(&[gate, up], x, &mut [&mut a, &mut b]);
+    ex.matmul_same_x(&[&m.gate_proj, &m.up_proj], x, &mut [&mut a, &mut b]);
     let mut hh = vec![0f32; t * w];
     ex.situ_glu(&a, &b, d.beta1, d.beta2, &mut hh);
-    ex.matmul(down, &hh, out);
+    ex.matmul(&m.down_proj, &hh, out);
 }

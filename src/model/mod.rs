@@ -1,5 +1,7 @@
-//! The Kimi K3 model: binding (weights.rs), the forward pass of MODEL.md §6 over a chunk of
-//! positions, and the incremental decode state of §7 (state.rs).
+//! The Kimi K3 model: the typed weight views (weights.rs), the forward pass of MODEL.md §6 over
+//! a chunk of positions, the trunk- and expert-source interfaces it reads weights through, and
+//! the incremental decode state of §7 (state.rs). Binding a checkpoint to these views is
+//! `crate::bind`'s work: nothing here reads a file.
 //!
 //! [`Model::forward`] reads top to bottom as §6.3: embedding, then per layer the pre-attention
 //! aggregation, the boundary snapshot, KDA or MLA, the pre-FFN aggregation, dense FFN or MoE;
@@ -20,7 +22,7 @@ use attn_res::Depth;
 use experts::ExpertSource;
 use k3_kernels::Kernels;
 use state::{DecodeState, LayerState};
-use weights::{AttnVecs, Bf16Mat, FfnSlots, LayerWeights, Tables};
+use weights::{AttnWeights, Bf16Mat, FfnWeights, LayerWeights, OutputVecs};
 
 pub use crate::config::AttnKind;
 use crate::config::Config;
@@ -188,44 +190,6 @@ pub trait TrunkSource {
     fn lm_head(&mut self, f: &mut dyn FnMut(usize, Bf16Mat<'_>) -> Result<()>) -> Result<()>;
 }
 
-/// Every bound layer's matrices and both model tables held in memory.
-#[derive(Debug, Default)]
-pub struct ResidentTrunk {
-    pub bufs: Vec<Vec<u16>>,
-    /// `embed_tokens` [V, H].
-    pub embed: Vec<u16>,
-    /// `lm_head` [V, H]; None when tied.
-    pub lm_head: Option<Vec<u16>>,
-    /// H.
-    pub hidden: usize,
-}
-
-impl TrunkSource for ResidentTrunk {
-    fn layer_buf(&mut self, l: usize) -> Result<&[u16]> {
-        self.bufs
-            .get(l)
-            .map(|b| b.as_slice())
-            .ok_or_else(|| Error::internal(format!("layer {l} is not bound")))
-    }
-    fn embed_row(&mut self, id: usize) -> Result<&[u16]> {
-        let h = self.hidden;
-        self.embed
-            .get(id * h..(id + 1) * h)
-            .ok_or_else(|| Error::internal(format!("embedding row {id} is outside the table")))
-    }
-    fn lm_head(&mut self, f: &mut dyn FnMut(usize, Bf16Mat<'_>) -> Result<()>) -> Result<()> {
-        let data = self.lm_head.as_deref().unwrap_or(&self.embed);
-        f(
-            0,
-            Bf16Mat {
-                rows: data.len() / self.hidden.max(1),
-                cols: self.hidden,
-                data,
-            },
-        )
-    }
-}
-
 /// Which logits rows a forward call returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogitRows {
@@ -237,12 +201,12 @@ pub enum LogitRows {
     All,
 }
 
-/// A bound model: dimensions, per-layer weights (bound layers only) and the model tables.
+/// A bound model: dimensions, per-layer weights (bound layers only) and the output vectors.
 #[derive(Debug)]
 pub struct Model {
     pub dims: Dims,
     pub layers: Vec<LayerWeights>,
-    pub tables: Tables,
+    pub output: OutputVecs,
 }
 
 impl Model {
@@ -308,12 +272,12 @@ impl Model {
             }
             // 3. attention
             ex.rmsnorm(&xa, &lw.input_layernorm, d.eps, &mut xn);
-            match (&lw.attn_vecs, &mut state.layers[l]) {
-                (AttnVecs::Kda(v), LayerState::Kda(st)) => {
-                    kda::forward(ex, d, &lw.kda(buf), v, st, &xn, &mut y)
+            match (&lw.attn, &mut state.layers[l]) {
+                (AttnWeights::Kda(w), LayerState::Kda(st)) => {
+                    kda::forward(ex, d, &w.mats.view(buf), &w.vecs, st, &xn, &mut y)
                 }
-                (AttnVecs::Mla(v), LayerState::Mla(c)) => {
-                    mla::forward(ex, d, &lw.mla(buf), v, c, &xn, pos0, &mut y)
+                (AttnWeights::Mla(w), LayerState::Mla(c)) => {
+                    mla::forward(ex, d, &w.mats.view(buf), &w.vecs, c, &xn, pos0, &mut y)
                 }
                 _ => return Err(Error::internal(format!("layer {l}: state kind mismatch"))),
             }
@@ -327,13 +291,10 @@ impl Model {
             // 6. FFN
             ex.rmsnorm(&xa, &lw.post_attention_layernorm, d.eps, &mut xn);
             match &lw.ffn {
-                FfnSlots::Dense(s) => {
-                    let (g, u, dn) = (s[0].view(buf), s[1].view(buf), s[2].view(buf));
-                    ffn::situ_mlp(ex, d, &g, &u, &dn, &xn, &mut y);
-                }
-                FfnSlots::Moe(..) => {
-                    let v = lw.moe_vecs.as_ref().expect("MoE layer without MoE vectors");
-                    moe::forward(ex, d, l, &lw.moe(buf), v, experts, &xn, pos0, &mut y)?;
+                FfnWeights::Dense(s) => ffn::situ_mlp(ex, d, &s.view(buf), &xn, &mut y),
+                FfnWeights::Moe(w) => {
+                    let m = w.mats.view(buf);
+                    moe::forward(ex, d, l, &m, &w.vecs, experts, &xn, pos0, &mut y)?;
                 }
             }
             // 7. P += f
@@ -351,9 +312,9 @@ impl Model {
             LogitRows::All => (0, t),
         };
         let mut fin = vec![0f32; t * h];
-        depth.agg(ex, &self.tables.f_output_attn_res, d.eps, &mut fin);
+        depth.agg(ex, &self.output.f_output_attn_res, d.eps, &mut fin);
         let mut n = vec![0f32; n_rows * h];
-        ex.rmsnorm(&fin[first * h..], &self.tables.norm, d.eps, &mut n);
+        ex.rmsnorm(&fin[first * h..], &self.output.norm, d.eps, &mut n);
         let mut logits = vec![0f32; n_rows * d.v];
         let mut block_out = Vec::new();
         trunk.lm_head(&mut |v0, w| {
@@ -381,66 +342,8 @@ impl Model {
     }
 }
 
-/// A model bound with every trunk layer resident and experts read on demand.
-pub struct Bound {
-    pub model: Model,
-    pub trunk: ResidentTrunk,
-    pub experts: experts::PreadExperts,
-}
-
-/// Binds the first `layers` layers and the model tables of the checkpoint behind `lookup`
-/// (MODEL.md §4): every bound tensor checked for shape and dtype and read now, except the
-/// routed experts, which are located (shape and dtype checked) and read on demand into
-/// `expert_buffers` buffers. Errors (exit 2) name the tensor.
-pub fn bind_resident(
-    lookup: &dyn weights::TensorLookup,
-    cfg: &Config,
-    layers: usize,
-    expert_buffers: usize,
-) -> Result<Bound> {
-    let dims = Dims::from_config(cfg);
-    let mut r = weights::Reader::new(lookup);
-    let mut lw = Vec::with_capacity(layers);
-    let mut bufs = Vec::with_capacity(layers);
-    let mut locs = Vec::with_capacity(layers);
-    for l in 0..layers {
-        let specs = crate::catalogue::layer_suffixes(cfg, l);
-        let (w, b) = weights::bind_layer(&mut r, &dims, &specs, l)?;
-        lw.push(w);
-        bufs.push(b);
-        locs.push(if l >= dims.first_dense {
-            weights::locate_experts(&mut r, cfg, l)?
-        } else {
-            Vec::new()
-        });
-    }
-    let (tables, tl) = weights::bind_tables(&mut r, &dims)?;
-    let hidden = dims.h;
-    let embed = r.read_table_u16(crate::catalogue::EMBED_TOKENS, &tl.embed)?;
-    let lm_head = match &tl.lm_head {
-        Some(m) => Some(r.read_table_u16(crate::catalogue::LM_HEAD, m)?),
-        None => None,
-    };
-    let files = r.into_files()?;
-    let shape = experts::ExpertShape {
-        inter: dims.i,
-        latent: dims.l,
-    };
-    Ok(Bound {
-        model: Model {
-            dims,
-            layers: lw,
-            tables,
-        },
-        trunk: ResidentTrunk {
-            bufs,
-            embed,
-            lm_head,
-            hidden,
-        },
-        experts: experts::PreadExperts::new(files, locs, shape, expert_buffers)?,
-    })
-}
+// The resident binding moved to `crate::bind`; kept at its old path for tests and bench.
+pub use crate::bind::resident::{bind_resident, Bound};
 
 /// Bytes of one routed expert (six tensors, FORMATS.md §5).
 pub fn expert_bytes(d: &Dims) -> u64 {

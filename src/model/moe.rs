@@ -157,9 +157,9 @@ pub fn forward(
     ex.matmul(&m.up_l, &u, out);
 
     // 9-10. shared experts on the original x, unweighted
-    if let Some((g, up, dn)) = &m.shared {
+    if let Some(shared) = &m.shared {
         let mut sh = vec![0f32; t * d.h];
-        ffn::situ_mlp(ex, d, g, up, dn, x, &mut sh);
+        ffn::situ_mlp(ex, d, shared, x, &mut sh);
         ex.add(out, &sh);
     }
     Ok(())

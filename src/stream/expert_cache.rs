@@ -213,7 +213,7 @@ impl CacheCore {
 #[derive(Debug, Clone)]
 pub struct ExpertLocation<'f> {
     /// The pieces in payload order (`w1.weight_packed, w1.weight_scale, w2…, w3…`).
-    pub pieces: Vec<Extent<'f>>,
+    pub pieces: Vec<Extent<&'f IoFile>>,
 }
 
 impl<'f> ExpertLocation<'f> {

@@ -8,10 +8,32 @@
 use super::expert_cache::{self, CacheStats, ExpertCache};
 use crate::error::{Error, Result};
 use crate::io::{Extent, IoFile};
-use crate::model::experts::{
-    expert_view, ExpertLocation, ExpertShape, ExpertSource, ExpertStats, ExpertView,
-};
+use crate::model::experts::{expert_view, ExpertShape, ExpertSource, ExpertStats, ExpertView};
 use std::sync::Arc;
+
+/// Where the six tensors of one routed expert are, in the fixed order of FORMATS.md §4
+/// (w1 packed, w1 scale, w2 packed, w2 scale, w3 packed, w3 scale): each an extent in a shard
+/// (the extent's file is the index into the shard table). Located by `crate::bind`, read by
+/// the expert sources.
+#[derive(Debug, Clone)]
+pub struct ExpertLocation {
+    pub parts: [Extent<usize>; 6],
+    /// Full tensor names, same order (for error messages).
+    pub names: [String; 6],
+}
+
+impl ExpertLocation {
+    /// True if the six tensors form one gap-free run in one shard (then one read suffices).
+    pub fn contiguous(&self) -> bool {
+        self.parts
+            .windows(2)
+            .all(|w| w[0].file == w[1].file && w[0].end() == w[1].offset)
+    }
+    /// Total bytes of the six tensors.
+    pub fn bytes(&self) -> usize {
+        self.parts.iter().map(|p| p.len).sum()
+    }
+}
 
 /// Routed experts served from an [`ExpertCache`].
 pub struct CachedExperts {
@@ -114,17 +136,13 @@ impl ExpertSource for CachedExperts {
             if loc.contiguous() {
                 let p = loc.parts[0];
                 pieces.push(Extent {
-                    file: shard(shards, p.shard)?,
+                    file: shard(shards, p.file)?,
                     offset: p.offset,
-                    len: loc.bytes() as usize,
+                    len: loc.bytes(),
                 });
             } else {
                 for p in &loc.parts {
-                    pieces.push(Extent {
-                        file: shard(shards, p.shard)?,
-                        offset: p.offset,
-                        len: p.len as usize,
-                    });
+                    pieces.push(p.with_file(shard(shards, p.file)?));
                 }
             }
             Ok(expert_cache::ExpertLocation { pieces })

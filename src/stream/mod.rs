@@ -3,8 +3,8 @@
 //! * [`trunk`]: the pinned set and the ring of slots with read-ahead (the model's
 //!   `TrunkSource`), from the shards or a packed trunk; [`tables`]: the model tables, resident or
 //!   streamed; [`pack`]: `trunk.bin` + `trunk.json` (FORMATS.md §7).
-//! * [`experts`]: the expert cache behind the model's `ExpertSource`; [`bind`]: binding a model
-//!   for a streamed run as the memory plan decided.
+//! * [`experts`]: the expert cache behind the model's `ExpertSource`. Binding a model for a
+//!   streamed run as the memory plan decided is `crate::bind::streamed`'s work.
 //! * [`expert_cache`]: whole-expert slots keyed by (layer, expert), filled a layer's top-k set at
 //!   a time by parallel reads on the I/O threads (ENGINE.md §5, FORMATS.md §6).
 //! * [`policy`]: the eviction policies behind one trait (LRU, FIFO, SIEVE, S3-FIFO, ARC, 2Q,
@@ -14,7 +14,6 @@
 //! * [`sim`]: replays a trace under each policy and capacity, next to Belady's optimum and the
 //!   compulsory-miss ceiling (`k3 sim-cache`).
 
-pub mod bind;
 pub mod expert_cache;
 pub mod experts;
 pub mod pack;
@@ -23,6 +22,9 @@ pub mod sim;
 pub mod tables;
 pub mod trace;
 pub mod trunk;
+
+/// The streamed binding moved to [`crate::bind::streamed`]; kept at its old path for tests.
+pub use crate::bind::streamed as bind;
 
 use std::hash::{BuildHasherDefault, Hasher};
 

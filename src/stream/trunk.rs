@@ -18,21 +18,11 @@
 
 use super::tables::{even_pad, TableStats, Tables};
 use crate::error::{Error, ErrorKind, Result};
-use crate::io::{window_capacity, AlignedBuf, IoFile, IoThreads, ReadTicket};
+use crate::io::{window_capacity, AlignedBuf, Extent, IoFile, IoThreads, ReadTicket};
 use crate::model::weights::Bf16Mat;
 use crate::model::TrunkSource;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// One contiguous piece of a layer buffer: `len` bytes at absolute `offset` of `file`, landing
-/// at byte `dest` of the buffer.
-#[derive(Debug, Clone)]
-pub struct Piece {
-    pub file: Arc<IoFile>,
-    pub offset: u64,
-    pub len: usize,
-    pub dest: usize,
-}
 
 /// How to fill one layer's buffer.
 #[derive(Debug, Clone)]
@@ -41,15 +31,15 @@ pub struct LayerRead {
     pub layer: usize,
     /// Bytes of the layer buffer.
     pub bytes: usize,
-    /// The pieces; a single piece at `dest` 0 (a contiguous run, or a packed run) is one
-    /// widened direct read and can be read ahead.
-    pub pieces: Vec<Piece>,
+    /// The pieces, back to back in the buffer from byte 0; a single piece covering the buffer
+    /// (a contiguous run, or a packed run) is one widened direct read and can be read ahead.
+    pub pieces: Vec<Extent<Arc<IoFile>>>,
 }
 
 impl LayerRead {
     /// True when the buffer is one direct read (read-ahead capable).
     pub fn is_run(&self) -> bool {
-        self.pieces.len() == 1 && self.pieces[0].dest == 0 && self.pieces[0].len == self.bytes
+        self.pieces.len() == 1 && self.pieces[0].len == self.bytes
     }
 
     /// Buffer capacity this layer needs (the widened window of its run).
@@ -66,9 +56,11 @@ impl LayerRead {
             Ok((even_pad(buf, d.pad, p.len), d.device_bytes))
         } else {
             let mut dev = 0u64;
+            let mut dest = 0usize;
             for p in &self.pieces {
                 p.file
-                    .read_uncached_at(&mut buf[p.dest..p.dest + p.len], p.offset)?;
+                    .read_uncached_at(&mut buf[dest..dest + p.len], p.offset)?;
+                dest += p.len;
                 dev += p.len as u64;
             }
             Ok((0, dev))
@@ -472,11 +464,10 @@ mod tests {
             .map(|(l, &n)| LayerRead {
                 layer: l,
                 bytes: n,
-                pieces: vec![Piece {
+                pieces: vec![Extent {
                     file: Arc::clone(&f),
                     offset: offs[l],
                     len: n,
-                    dest: 0,
                 }],
             })
             .collect();

@@ -3,20 +3,23 @@
 //! model tables; from the shards or a packed trunk) and the cache-backed expert source, as the
 //! plan decided.
 
-use super::expert_cache::ExpertCache;
-use super::experts::CachedExperts;
-use super::pack::PackedTrunk;
-use super::policy::new_policy;
-use super::tables::{TableLoc, Tables, TablesConfig};
-use super::trunk::{LayerRead, Piece, StreamedTrunk};
-use crate::catalogue::{self, layer_suffixes};
+use super::experts::locate_experts;
+use super::layer::{bind_layer_weights, bind_output};
+use super::layout::{layer_layout, table_layout, LayerLayout, TableLayout};
+use super::reader::Reader;
+use crate::catalogue::layer_suffixes;
 use crate::checkpoint::TensorIndex;
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::io::{IoFile, IoThreads};
+use crate::io::{Extent, IoFile, IoThreads};
 use crate::model::experts::ExpertShape;
-use crate::model::weights::{self, LayerLayout, Reader, TableLayout};
 use crate::model::{Dims, Model};
+use crate::stream::expert_cache::ExpertCache;
+use crate::stream::experts::CachedExperts;
+use crate::stream::pack::PackedTrunk;
+use crate::stream::policy::new_policy;
+use crate::stream::tables::{TableLoc, Tables, TablesConfig};
+use crate::stream::trunk::{LayerRead, StreamedTrunk};
 use std::sync::Arc;
 
 /// What the planner needs to know before anything large is allocated: every bound layer's
@@ -32,26 +35,10 @@ pub fn prepare(index: &TensorIndex, cfg: &Config, layers: usize) -> Result<Prepa
     let r = Reader::new(index);
     let d = Dims::from_config(cfg);
     let layouts = (0..layers)
-        .map(|l| weights::layer_layout(&r, &layer_suffixes(cfg, l), l))
+        .map(|l| layer_layout(&r, &layer_suffixes(cfg, l), l))
         .collect::<Result<Vec<_>>>()?;
-    let embed = r.meta(
-        catalogue::EMBED_TOKENS,
-        &[d.v, d.h],
-        crate::safetensors::Dtype::BF16,
-    )?;
-    let lm_head = if d.tied {
-        None
-    } else {
-        Some(r.meta(
-            catalogue::LM_HEAD,
-            &[d.v, d.h],
-            crate::safetensors::Dtype::BF16,
-        )?)
-    };
-    Ok(Prepared {
-        layouts,
-        tables: TableLayout { embed, lm_head },
-    })
+    let tables = table_layout(&r, &d)?;
+    Ok(Prepared { layouts, tables })
 }
 
 /// The streaming decisions of the plan.
@@ -102,19 +89,19 @@ pub fn bind(
     let mut locs = Vec::with_capacity(layers);
     for (l, layout) in prep.layouts.iter().enumerate() {
         let specs = layer_suffixes(cfg, l);
-        lw.push(weights::bind_layer_weights(&mut r, &dims, &specs, layout)?);
+        lw.push(bind_layer_weights(&mut r, &dims, &specs, layout)?);
         locs.push(if l >= dims.first_dense {
-            weights::locate_experts(&mut r, cfg, l)?
+            locate_experts(&mut r, cfg, l)?
         } else {
             Vec::new()
         });
         if conf.packed.is_none() {
             for p in &layout.pieces {
-                r.need_shard(p.shard);
+                r.need_shard(p.file);
             }
         }
     }
-    let (tables, tl) = weights::bind_tables(&mut r, &dims)?;
+    let (output, tl) = bind_output(&mut r, &dims)?;
     r.need_shard(tl.embed.shard);
     if let Some(h) = &tl.lm_head {
         r.need_shard(h.shard);
@@ -151,24 +138,16 @@ pub fn bind(
                         layout.bytes
                     )));
                 }
-                vec![Piece {
+                vec![Extent {
                     file: Arc::clone(bin),
                     offset: pl.file_off,
                     len: layout.bytes as usize,
-                    dest: 0,
                 }]
             }
             None => layout
                 .pieces
                 .iter()
-                .map(|p| {
-                    Ok(Piece {
-                        file: file(p.shard)?,
-                        offset: p.offset,
-                        len: p.len as usize,
-                        dest: p.dest as usize,
-                    })
-                })
+                .map(|p| Ok(p.with_file(file(p.file)?)))
                 .collect::<Result<Vec<_>>>()?,
         };
         reads.push(LayerRead {
@@ -225,7 +204,7 @@ pub fn bind(
         model: Model {
             dims,
             layers: lw,
-            tables,
+            output,
         },
         trunk,
         experts,

@@ -1,0 +1,22 @@
+//! Binding: everything that turns a checkpoint's bytes into the typed views the model computes
+//! on (MODEL.md §4; FORMATS.md §4, §6, §7). The tensor reader and lookups ([`reader`]), the
+//! layer and table layouts ([`layout`]), one layer's weights and the output vectors
+//! ([`layer`]), expert location and the on-demand expert source ([`experts`]), and the two
+//! bindings: resident ([`resident`]) and streamed through the trunk ring, model tables and
+//! expert cache ([`streamed`]).
+//!
+//! The model (`crate::model`) reads no file: it gets its views from here and its bytes through
+//! the trunk- and expert-source interfaces.
+
+pub mod experts;
+pub mod layer;
+pub mod layout;
+pub mod reader;
+pub mod resident;
+pub mod streamed;
+
+pub use experts::{locate_experts, ExpertLocation, PreadExperts};
+pub use layout::{layer_layout, LayerLayout, TableLayout};
+pub use reader::{Reader, TensorLookup, TensorMeta};
+pub use resident::{bind_resident, Bound, ResidentTrunk};
+pub use streamed::{bind, prepare, Prepared, StreamConfig, Streamed};
