@@ -54,6 +54,7 @@ pub mod json;
 pub mod model;
 pub mod plan;
 pub mod report;
+pub mod run;
 pub mod safetensors;
 pub mod stream;
 pub mod tokenizer;

@@ -6,7 +6,9 @@ use std::ffi::OsString;
 
 pub mod args;
 pub mod inspect;
+pub mod output;
 pub mod pack_trunk;
+pub mod progress;
 pub mod run;
 pub mod sim_cache;
 pub mod tokenize;

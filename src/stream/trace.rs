@@ -13,6 +13,7 @@
 use super::ExpertKey;
 use crate::error::{Error, Result};
 use crate::io::OutFile;
+use crate::model::experts::{ExpertSource, ExpertStats, ExpertView};
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -306,5 +307,54 @@ fn gcd(a: usize, b: usize) -> usize {
         a
     } else {
         gcd(b, a % b)
+    }
+}
+
+/// An expert source that also writes every request to the `--dump-cache-trace` files
+/// (FORMATS.md §8: per chunk, per MoE layer ascending, positions ascending, selection order —
+/// the order in which the MoE block reports its requests). Without a writer it only passes the
+/// calls on.
+pub struct Traced<S: ExpertSource> {
+    /// The traced source.
+    pub inner: S,
+    trace: Option<TraceWriter>,
+}
+
+impl<S: ExpertSource> Traced<S> {
+    /// `inner`, recording its requests to `trace` when given.
+    pub fn new(inner: S, trace: Option<TraceWriter>) -> Traced<S> {
+        Traced { inner, trace }
+    }
+
+    /// Writes the histogram and renames the trace files into place (see
+    /// [`TraceWriter::finish`]); nothing without a writer. Errors: exit 4.
+    pub fn finish_trace(&mut self) -> Result<()> {
+        match self.trace.take() {
+            Some(t) => t.finish(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl<S: ExpertSource> ExpertSource for Traced<S> {
+    fn max_batch(&self) -> usize {
+        self.inner.max_batch()
+    }
+    fn note_requests(&mut self, layer: usize, requests: &[u32]) -> Result<()> {
+        if let Some(t) = &mut self.trace {
+            t.record(layer as u32, requests)?;
+        }
+        self.inner.note_requests(layer, requests)
+    }
+    fn with_experts(
+        &mut self,
+        layer: usize,
+        experts: &[u32],
+        f: &mut dyn FnMut(&[ExpertView<'_>]) -> Result<()>,
+    ) -> Result<()> {
+        self.inner.with_experts(layer, experts, f)
+    }
+    fn stats(&self) -> ExpertStats {
+        self.inner.stats()
     }
 }
