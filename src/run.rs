@@ -165,113 +165,102 @@ impl Run {
         progress: Option<&mut dyn Progress>,
         rep: &mut RunReport,
     ) -> Result<()> {
-        let res = self.generate(ex, ids, o, out, progress, rep);
+        let res = (|| -> Result<()> {
+            let d = &self.model.dims;
+            let (v, layers) = (d.v, self.model.layers.len());
+            let mut state = DecodeState::new(d, layers, ids.len().saturating_add(o.gen).max(1));
+            let mut hash = Fnv1a64::new();
+            let mut fwd = Forward {
+                model: &self.model,
+                ex,
+                trunk: &mut self.trunk,
+                experts: &mut self.experts,
+                chunk: o.chunk,
+            };
+
+            // Prefill (the first full-recompute step is the same forward).
+            let t_pre = Instant::now();
+            let s0 = fwd.experts.stats();
+            let dense0 = dense_bytes(fwd.trunk);
+            let teacher_forced = o.gen == 0;
+            let mut hashed = 0usize;
+            let mut logits = fwd.chunks(&mut state, ids, o.all_rows, progress, &mut |rows| {
+                out.logits(rows)?;
+                if teacher_forced {
+                    // --gen 0: every teacher-forced row is hashed (documented in the report)
+                    for r in rows.chunks(v) {
+                        hash.update_f32(r);
+                        hashed += 1;
+                    }
+                }
+                Ok(())
+            })?;
+            rep.timing.prefill_seconds = t_pre.elapsed().as_secs_f64();
+            rep.layers_completed = layers;
+            rep.logits_hashed += hashed;
+            out.prefilled(ids.len(), o.chunk, rep.timing.prefill_seconds);
+            if teacher_forced {
+                rep.stop_reason = "length".to_string();
+            }
+            let mut step_secs = rep.timing.prefill_seconds;
+            let mut step_stats = diff(fwd.experts.stats(), s0);
+            let mut step_dense = dense_bytes(fwd.trunk) - dense0;
+            let mut full = ids.to_vec();
+            for step in 0..o.gen {
+                // The forward refused non-finite logits, so the argmax is over finite values.
+                let tok = k3_kernels::argmax(&logits)
+                    .ok_or_else(|| Error::internal("argmax over empty or NaN logits"))?
+                    as u32;
+                hash.update_f32(&logits);
+                rep.logits_hashed += 1;
+                rep.generated_ids.push(tok);
+                full.push(tok);
+                rep.steps.push(StepReport {
+                    token_id: tok,
+                    seconds: step_secs,
+                    logits_fnv1a64: k3_kernels::fnv1a64_f32(&logits),
+                    experts: step_stats,
+                    dense_bytes_read: step_dense,
+                });
+                out.token(rep, step, tok)?;
+                if o.end_ids.contains(&tok) {
+                    rep.stop_reason = "end_of_turn".to_string();
+                    break;
+                }
+                if o.stop_ids.contains(&tok) {
+                    rep.stop_reason = "stop_id".to_string();
+                    break;
+                }
+                if step + 1 == o.gen {
+                    rep.stop_reason = "length".to_string();
+                    break;
+                }
+                let t = Instant::now();
+                let s = fwd.experts.stats();
+                let dense_s = dense_bytes(fwd.trunk);
+                logits = if o.full_recompute {
+                    state.reset();
+                    fwd.chunks(&mut state, &full, false, None, &mut |_| Ok(()))?
+                } else {
+                    fwd.one(&mut state, tok)?
+                };
+                out.logits(&logits)?;
+                step_secs = t.elapsed().as_secs_f64();
+                rep.timing.decode_seconds += step_secs;
+                step_stats = diff(fwd.experts.stats(), s);
+                step_dense = dense_bytes(fwd.trunk) - dense_s;
+            }
+            out.finish(rep)?;
+            self.experts.finish_trace()?;
+            rep.logits_hash = hash.finish();
+            Ok(())
+        })();
         rep.experts = self.experts.stats();
         rep.cache = self.experts.inner.cache_stats();
         rep.trunk.stats = self.trunk.stats();
         rep.tables = self.trunk.table_stats();
         rep.trunk.direct_io = crate::io::file::buffered_fallback_count() == 0;
         res
-    }
-
-    /// The prefill and the generation loop of [`Run::decode`].
-    fn generate(
-        &mut self,
-        ex: &Exec,
-        ids: &[u32],
-        o: &DecodeOptions<'_>,
-        out: &mut dyn RunOutput,
-        progress: Option<&mut dyn Progress>,
-        rep: &mut RunReport,
-    ) -> Result<()> {
-        let d = &self.model.dims;
-        let (v, layers) = (d.v, self.model.layers.len());
-        let mut state = DecodeState::new(d, layers, ids.len().saturating_add(o.gen).max(1));
-        let mut hash = Fnv1a64::new();
-        let mut fwd = Forward {
-            model: &self.model,
-            ex,
-            trunk: &mut self.trunk,
-            experts: &mut self.experts,
-            chunk: o.chunk,
-        };
-
-        // Prefill (the first full-recompute step is the same forward).
-        let t_pre = Instant::now();
-        let s0 = fwd.experts.stats();
-        let dense0 = dense_bytes(fwd.trunk);
-        let teacher_forced = o.gen == 0;
-        let mut hashed = 0usize;
-        let mut logits = fwd.chunks(&mut state, ids, o.all_rows, progress, &mut |rows| {
-            out.logits(rows)?;
-            if teacher_forced {
-                // --gen 0: every teacher-forced row is hashed (documented in the report)
-                for r in rows.chunks(v) {
-                    hash.update_f32(r);
-                    hashed += 1;
-                }
-            }
-            Ok(())
-        })?;
-        rep.timing.prefill_seconds = t_pre.elapsed().as_secs_f64();
-        rep.layers_completed = layers;
-        rep.logits_hashed += hashed;
-        out.prefilled(ids.len(), o.chunk, rep.timing.prefill_seconds);
-        if teacher_forced {
-            rep.stop_reason = "length".to_string();
-        }
-        let mut step_secs = rep.timing.prefill_seconds;
-        let mut step_stats = diff(fwd.experts.stats(), s0);
-        let mut step_dense = dense_bytes(fwd.trunk) - dense0;
-        let mut full = ids.to_vec();
-        for step in 0..o.gen {
-            // The forward refused non-finite logits, so the argmax is over finite values.
-            let tok = k3_kernels::argmax(&logits)
-                .ok_or_else(|| Error::internal("argmax over empty or NaN logits"))?
-                as u32;
-            hash.update_f32(&logits);
-            rep.logits_hashed += 1;
-            rep.generated_ids.push(tok);
-            full.push(tok);
-            rep.steps.push(StepReport {
-                token_id: tok,
-                seconds: step_secs,
-                logits_fnv1a64: k3_kernels::fnv1a64_f32(&logits),
-                experts: step_stats,
-                dense_bytes_read: step_dense,
-            });
-            out.token(rep, step, tok)?;
-            if o.end_ids.contains(&tok) {
-                rep.stop_reason = "end_of_turn".to_string();
-                break;
-            }
-            if o.stop_ids.contains(&tok) {
-                rep.stop_reason = "stop_id".to_string();
-                break;
-            }
-            if step + 1 == o.gen {
-                rep.stop_reason = "length".to_string();
-                break;
-            }
-            let t = Instant::now();
-            let s = fwd.experts.stats();
-            let dense_s = dense_bytes(fwd.trunk);
-            logits = if o.full_recompute {
-                state.reset();
-                fwd.chunks(&mut state, &full, false, None, &mut |_| Ok(()))?
-            } else {
-                fwd.one(&mut state, tok)?
-            };
-            out.logits(&logits)?;
-            step_secs = t.elapsed().as_secs_f64();
-            rep.timing.decode_seconds += step_secs;
-            step_stats = diff(fwd.experts.stats(), s);
-            step_dense = dense_bytes(fwd.trunk) - dense_s;
-        }
-        out.finish(rep)?;
-        self.experts.finish_trace()?;
-        rep.logits_hash = hash.finish();
-        Ok(())
     }
 }
 
