@@ -2,7 +2,7 @@
 //! derived constants, the fingerprint, and one test per refusal rule, each with a config that
 //! fails in exactly that way (generated in code from the tiny-k3 config).
 
-mod support;
+use crate::support;
 
 use k3::config::{AttnKind, Config, ConfigShape, MlaForm};
 use k3::json::{self, Value};

@@ -21,7 +21,7 @@ fn k3_config() -> Config {
 
 /// The released model's plan inputs for a run of `positions` positions (prompt + generation),
 /// prefill chunks of 64, one logits row; index and tokenizer as measured on the released
-/// checkpoint (tests/model_plan.rs).
+/// checkpoint (model/plan.rs).
 fn k3_sizes(positions: usize) -> ModelSizes {
     let cfg = k3_config();
     let d = Dims::from_config(&cfg);

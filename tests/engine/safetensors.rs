@@ -1,6 +1,6 @@
 //! safetensors header parser (FORMATS.md §2): every §2.4 rule, with precise messages.
 
-mod support;
+use crate::support;
 
 use k3::safetensors::{self, Dtype, MAX_HEADER_LEN};
 use support::{fixture, raw_safetensors, safetensors_file, scratch_dir};

@@ -1,7 +1,9 @@
 //! Checkpoint directory → TensorIndex (FORMATS.md §3), the compact index at released scale,
 //! the catalogue classifier, and the binding census with its byte ledger.
 
-mod support;
+mod synthetic;
+
+use crate::support;
 
 use k3::catalogue::{self, classify, ExpertMatrix, ExpertPart, ModelTensor, TensorClass};
 use k3::census::Census;

@@ -2,7 +2,7 @@
 //! counts that overflow, budgets above what the model can use, outputs named through links or
 //! naming an input file, and output written to a stream that fails.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

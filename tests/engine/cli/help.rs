@@ -1,7 +1,7 @@
 //! `--help` works on every subcommand (ENGINE.md §3): usage on standard output, exit 0, even
 //! among other flags.
 
-mod support;
+use crate::support;
 
 use support::run_k3;
 

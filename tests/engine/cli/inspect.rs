@@ -1,7 +1,7 @@
 //! `k3 inspect` end to end (the binary, optionally under $K3_TEST_RUNNER): both fixtures, the
 //! JSON form, and exit 2 with a precise message for every kind of bad input — never a panic.
 
-mod support;
+use crate::support;
 
 use k3::json::{self, Value};
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! than its index, a file truncated or rewritten after it was opened, a file that vanished, and
 //! a file system that refuses O_DIRECT. Every failure is exit 4 naming file and offset.
 
-mod io_support;
+use crate::support::io as io_support;
 
 use io_support::{pattern, TempDir};
 use k3::io::{window, window_capacity, AlignedBuf, Extent, IoFile, IoThreads, ReadRequest};

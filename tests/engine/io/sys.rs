@@ -2,7 +2,7 @@
 //! cgroup limit of the process (v2 and v1, the tightest of the cgroup and its ancestors), and
 //! the pre-faulting of aligned buffers that makes RSS match the plan from the start.
 
-mod io_support;
+use crate::support::io as io_support;
 
 use io_support::TempDir;
 use k3::io::sys::{cgroup_memory_in, memory_available, peak_rss_bytes, CgroupVersion};

@@ -2,12 +2,12 @@
 //!
 //! Pattern of every test: the engine's logits on a checkpoint are within the fixture tolerance
 //! (1e-4 × max(1, max|logit|)) of the reference, while the wrong-but-plausible variant,
-//! computed by the independent float64 reference in tests/model_ref, moves them beyond it.
+//! computed by the independent float64 reference in support/model_ref, moves them beyond it.
 //! So an engine implementing the variant fails these tests. Rows about state and chunking
-//! (8, 21, 22) are also held by the bit-identity tests in tests/run_tiny.rs.
+//! (8, 21, 22) are also held by the bit-identity tests in cli/run/tiny.rs.
 
-mod model_ref;
-mod support;
+use crate::support::model_ref;
+use crate::support;
 
 use model_ref::*;
 use serde_json::Value;
@@ -130,7 +130,7 @@ fn reference_reproduces_the_fixture() {
 }
 
 /// Row 4: A_log indexed per channel (or all Dk values used). The non-zero-tail refusal is in
-/// tests/run_refusals.rs.
+/// cli/run/refusals.rs.
 #[test]
 fn row_04_a_log_per_head() {
     tiny().check(&[ALogPerChannel]);
@@ -271,7 +271,7 @@ fn row_16_attn_res() {
 }
 
 /// Row 21: the un-normalised latent cached (a wrong slot is held by incremental vs full
-/// recompute bit-identity in tests/run_tiny.rs).
+/// recompute bit-identity in cli/run/tiny.rs).
 #[test]
 fn row_21_mla_cache_holds_the_normalised_latent() {
     tiny().check(&[MlaUnnormCached]);

@@ -3,7 +3,7 @@
 //! that publish nothing, and a replay of the real routing trace through the cache that must
 //! match the simulator's counts for every policy.
 
-mod io_support;
+use crate::support::io as io_support;
 
 use io_support::{fixture, Rng, TempDir};
 use k3::io::{Extent, IoFile, IoThreads};

@@ -4,7 +4,7 @@
 //! exit 2 before the run; found during the run: exit 4 naming the file and offset, and no
 //! token computed from partial data is printed.
 
-mod stream_support;
+use crate::support::stream as stream_support;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -178,7 +178,7 @@ fn truncate_mid_run(model: &Path, tag: &str, victim: &Path, extra: &[&str]) {
     });
     check_ok(&good, tag);
     let out = scratch_dir(&format!("faults_run_{tag}")).join("r.json");
-    let mut cmd = support::k3_command(env!("CARGO_BIN_EXE_k3"));
+    let mut cmd = crate::support::k3_command(env!("CARGO_BIN_EXE_k3"));
     cmd.arg(model)
         .args([
             "--ids",

@@ -5,9 +5,9 @@
 //! streamed) and a resident lm_head next to a streamed embedding, the expert cache from top-k
 //! slots to every expert, every eviction policy, and (on tiny-k3) every preset; and a tied
 //! table resident, partly resident and streamed. Every run's peak RSS is checked against
-//! its plan plus a stated slack (tests/stream_support).
+//! its plan plus a stated slack (support/stream.rs).
 
-mod stream_support;
+use crate::support::stream as stream_support;
 use k3::plan::buffer_bytes;
 use std::path::Path;
 use stream_support::*;

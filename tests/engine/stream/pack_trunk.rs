@@ -2,7 +2,7 @@
 //! refusal of a layer that is not one gap-free run, an interrupted pack that leaves no trunk
 //! that loads, and a packed trunk written by another tool with the same layout is accepted.
 
-mod stream_support;
+use crate::support::stream as stream_support;
 use serde_json::Value;
 use std::path::Path;
 use stream_support::*;

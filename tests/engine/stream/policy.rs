@@ -2,7 +2,7 @@
 //! non-resident victim, a victim exactly when full, capacity respected) under random batches,
 //! and the behaviours each policy is chosen for.
 
-mod io_support;
+use crate::support::io as io_support;
 
 use io_support::Rng;
 use k3::stream::policy::{new_policy, Policy, POLICY_NAMES};

@@ -1,7 +1,7 @@
 //! Peak RSS is the run's own (ENGINE.md §4: the number to quote, within the plan), and a
 //! budget below the minimum is refused with exit 3 before anything large is allocated.
 
-mod stream_support;
+use crate::support::stream as stream_support;
 use stream_support::*;
 
 /// A k3 started by a large parent reports its own peak, not the parent's: `getrusage`'s

@@ -3,7 +3,7 @@
 //! against exhaustive search), and the command line on the real trace, whose best policy on the
 //! incremental trace must be the engine's default.
 
-mod io_support;
+use crate::support::io as io_support;
 
 use io_support::{fixture, Rng, TempDir};
 use k3::stream::policy::{DEFAULT_POLICY, POLICY_NAMES};

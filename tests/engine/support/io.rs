@@ -1,7 +1,6 @@
 //! Helpers shared by the I/O, expert-cache and sim-cache tests: temporary directories on the
 //! build's file system (`CARGO_TARGET_TMPDIR`, so O_DIRECT is really exercised where the
 //! file system supports it), byte patterns and a small deterministic PRNG.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 

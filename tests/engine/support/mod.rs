@@ -1,7 +1,13 @@
 //! Code shared by the integration tests: fixture paths and running the `k3` binary.
 //!
-//! Include with `mod support;` from a test file. Not every test uses every helper.
-#![allow(dead_code)]
+//! Sub-modules: `io` (temporary directories, patterns, a PRNG), `model_ref` (the float64
+//! reference model), `stream` (the moderate streamed checkpoint and its checks), `tokenizer`
+//! (the reference tokenizer).
+
+pub mod io;
+pub mod model_ref;
+pub mod stream;
+pub mod tokenizer;
 
 use std::ffi::OsStr;
 use std::path::PathBuf;

@@ -3,7 +3,6 @@
 //! everywhere, the *re-expanded* MLA form, one position at a time. It also implements the
 //! wrong-but-plausible variants of MODEL.md §11 so each test can show that the fixture data
 //! tells the right variant from the wrong one.
-#![allow(dead_code)]
 
 use serde_json::Value;
 use std::collections::HashMap;

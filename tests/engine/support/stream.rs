@@ -1,18 +1,11 @@
-//! Shared by the streaming tests (tests/stream_*.rs): the moderate-width synthetic checkpoint,
+//! Shared by the streaming tests (tests/engine/stream/): the moderate-width synthetic checkpoint,
 //! running `k3` with `--out` and reading the JSON, the bit-identity and RSS checks.
-#![allow(dead_code)]
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-#[path = "../support/mod.rs"]
-pub mod support;
-#[path = "../support/synth.rs"]
-pub mod synth;
-
-#[allow(unused_imports)] // each test file uses some of these
-pub use support::{copy_dir, fixture, run_k3, scratch_dir};
+pub use crate::support::{copy_dir, fixture, run_k3, scratch_dir};
 
 /// Peak RSS may exceed the plan by this much. The plan itself counts the process baseline
 /// (`k3::plan::PROCESS_BASELINE`, 12 MiB, in `scratch`; 5–7 MB measured here); the slack covers

@@ -1,7 +1,6 @@
 //! Shared by the tokenizer tests: the fixture tokenizer and the reference tokenizer
 //! (`tiktoken-rs` 0.12.1 with the real Kimi vocabulary from `splintr-vocab-kimi` and the
 //! Kimi pattern), with the §5 windows applied by hand.
-#![allow(dead_code)]
 
 use k3::tokenizer::{self, Tokenizer};
 use std::collections::HashMap;

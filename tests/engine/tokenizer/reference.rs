@@ -11,7 +11,7 @@ use proptest::strategy::ValueTree as _;
 use sha2::Digest as _;
 use std::path::{Path, PathBuf};
 
-mod tokenizer_common;
+use crate::support::tokenizer as tokenizer_common;
 use tokenizer_common::*;
 
 // ------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 //! tokenizer (which applies neither rule itself), and the engine must produce the
 //! concatenation. Also the linear-size pathological pieces.
 
-mod tokenizer_common;
+use crate::support::tokenizer as tokenizer_common;
 use k3::tokenizer::slices::{slices, MAX_RUN, WINDOW};
 use tokenizer_common::*;
 

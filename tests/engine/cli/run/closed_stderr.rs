@@ -3,7 +3,7 @@
 //! the fix every `eprintln!` panicked on EPIPE and, with `panic = "abort"`, killed the run
 //! (exit 134) — mid-pack for `pack-trunk`, and before `--out` was written for a run.
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Stdio};
 use support::{fixture, k3_command, scratch_dir};

@@ -4,8 +4,8 @@
 //! non-finite activation (naming layer and position), flags of later work; and a shard that
 //! shrinks after it was indexed fails the token with exit 4 (MODEL.md §11 row 23).
 
-mod model_ref;
-mod support;
+use crate::support::model_ref;
+use crate::support;
 
 use model_ref::Ckpt;
 use std::path::{Path, PathBuf};
@@ -203,7 +203,7 @@ fn non_finite_activation_names_layer_and_position() {
 #[test]
 fn flags_of_later_work_are_refused_not_ignored() {
     let model = fixture("tiny-k3");
-    // (the budget flags --mem-gb, --trunk-gb, --cache-gb, --preset are implemented: tests/stream_*.rs)
+    // (the budget flags --mem-gb, --trunk-gb, --cache-gb, --preset are implemented: stream/)
     for flag in [
         &["--temperature", "0.7"][..],
         &["--top-k", "5"],

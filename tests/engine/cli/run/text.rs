@@ -2,7 +2,7 @@
 //! `--prompt-file` (bytes verbatim) and `--tok` on tests/fixtures/tiny-k3-text reproduce the
 //! fixture's prompt ids, greedy ids and text.
 
-mod support;
+use crate::support;
 use serde_json::Value;
 use support::{fixture, run_k3, scratch_dir};
 

@@ -3,7 +3,7 @@
 //! reference, bit-identity across prefill chunks, full recompute and thread counts / ISA paths,
 //! the `--dump-logits` layout and the `--out` JSON.
 
-mod support;
+use crate::support;
 use serde_json::Value;
 use std::path::Path;
 use support::{copy_dir, fixture, run_k3, scratch_dir};

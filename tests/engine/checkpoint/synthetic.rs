@@ -1,10 +1,8 @@
-//! The synthetic checkpoint generator (tests/support/synth.rs) against the engine: `k3 inspect`
+//! The synthetic checkpoint generator (the `k3-synth` crate) against the engine: `k3 inspect`
 //! accepts every variant the generator writes (layer maps, dense prefixes, tied head, optional
 //! tensors, flat config, shard plans) and reads back the config it was given.
 
-mod support;
-#[path = "support/synth.rs"]
-mod synth;
+use crate::support;
 
 use k3::json::{self, Value};
 use std::path::Path;
