@@ -2,6 +2,7 @@
 //! refusal of a layer that is not one gap-free run, an interrupted pack that leaves no trunk
 //! that loads, and a packed trunk written by another tool with the same layout is accepted.
 
+use crate::support;
 use crate::support::stream as stream_support;
 use serde_json::Value;
 use std::path::Path;
@@ -311,4 +312,32 @@ fn a_full_disk_while_packing_is_exit_3() {
         "{err}"
     );
     assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
+}
+
+#[test]
+fn a_failed_pack_trunk_leaves_no_output_directory() {
+    let dir = scratch_dir("edge_pack_order");
+    let out = dir.join("pk");
+    // not a model directory (no config.json): nothing left behind (was: an empty `pk/`)
+    let o = support::run_args(&["pack-trunk", dir.to_str().unwrap(), out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", support::stderr(&o));
+    assert!(!out.exists(), "no output directory left behind");
+    // an output path that is a file: said so (was "cannot create the directory: File exists")
+    let file = dir.join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let o = support::run_args(&["pack-trunk", &support::tiny(), file.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", support::stderr(&o));
+    assert!(support::stderr(&o).contains("not a directory"), "{}", support::stderr(&o));
+}
+
+#[test]
+fn a_failed_pack_trunk_removes_every_directory_it_created() {
+    let dir = scratch_dir("edge_pack_nested");
+    let o = support::run_args(&[
+        "pack-trunk",
+        dir.to_str().unwrap(),
+        dir.join("n1/n2/n3").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", support::stderr(&o));
+    assert!(!dir.join("n1").exists(), "n1/n2 left behind");
 }

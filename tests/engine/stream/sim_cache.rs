@@ -3,6 +3,7 @@
 //! against exhaustive search), and the command line on the real trace, whose best policy on the
 //! incremental trace must be the engine's default.
 
+use crate::support;
 use crate::support::io as io_support;
 
 use io_support::{fixture, Rng, TempDir};
@@ -431,4 +432,34 @@ fn batches_are_layer_runs_cut_to_the_cache_size() {
     assert_eq!(batches(&recs, 8), vec![0..4, 4..5, 5..6]);
     // Two slots: the third distinct expert of layer 1 starts a sub-batch; repeats stay.
     assert_eq!(batches(&recs, 2), vec![0..3, 3..4, 4..5, 5..6]);
+}
+
+#[test]
+fn sim_cache_checks_its_tsv_path_before_replaying() {
+    let trace = fixture("real/expert_trace.bin");
+    let o = support::run_args(&[
+        "sim-cache",
+        trace.to_str().unwrap(),
+        "--tsv",
+        "/nonexistent-k3-dir/x.tsv",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", support::stderr(&o));
+    assert!(support::stderr(&o).contains("--tsv"), "{}", support::stderr(&o));
+    assert!(
+        o.stdout.is_empty(),
+        "refused before the replay printed its table"
+    );
+    let dir = support::scratch_dir("edge_sim_tsv");
+    let tsv = dir.join("t.tsv");
+    let o = support::run_args(&[
+        "sim-cache",
+        trace.to_str().unwrap(),
+        "--capacity-gb",
+        "8",
+        "--tsv",
+        tsv.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", support::stderr(&o));
+    assert!(std::fs::read_to_string(&tsv).unwrap().contains("hit_rate"));
+    assert!(!dir.join("t.tsv.tmp").exists());
 }

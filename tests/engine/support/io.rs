@@ -56,9 +56,4 @@ impl Rng {
     }
 }
 
-/// Path of a fixture in the repository copy.
-pub fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(rel)
-}
+pub use super::fixture;

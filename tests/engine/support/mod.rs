@@ -125,3 +125,32 @@ pub fn copy_dir(src: &std::path::Path, name: &str) -> PathBuf {
     }
     dst
 }
+
+/// Runs `k3 <args>` (string arguments) and returns its output.
+pub fn run_args(args: &[&str]) -> Output {
+    run_k3(args)
+}
+
+/// The standard error of a finished `k3`, as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The tiny-k3 fixture's path as an argument.
+pub fn tiny() -> String {
+    fixture("tiny-k3").display().to_string()
+}
+
+/// A copy of tiny-k3 (files only) whose config has no `max_position_embeddings` (optional in
+/// MODEL.md), so only k3's own limits bound the positions.
+pub fn tiny_without_max_positions(name: &str) -> PathBuf {
+    let dir = copy_dir(&fixture("tiny-k3"), name);
+    let cfg = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    let kept: Vec<&str> = cfg
+        .lines()
+        .filter(|l| !l.contains("\"max_position_embeddings\""))
+        .collect();
+    assert_eq!(kept.len() + 1, cfg.lines().count());
+    std::fs::write(dir.join("config.json"), kept.join("\n")).unwrap();
+    dir
+}

@@ -1,6 +1,9 @@
 //! The memory planner (ENGINE.md §4) on the released model's sizes, without files: byte
 //! figures of MODEL.md §9, every preset, the 8 GB promise at the smallest budget, the
-//! pinned-set fixed point, and refusals (exit 3) below the minimum.
+//! pinned-set fixed point, and refusals (exit 3) below the minimum; `cli`: the plan's flags
+//! end to end.
+
+mod cli;
 
 use k3::config::Config;
 use k3::model::state::DecodeState;
