@@ -1,7 +1,12 @@
 //! `config.json` and `synth.json`, and the minimal deterministic JSON writer they use.
 
 use crate::*;
+
 impl SynthSpec {
+    /// `config.json` text (MODEL.md §2): the nested released shape (multimodal wrapper with
+    /// `text_config` and `text_config.linear_attn_config`) or the flat test shape, with
+    /// `kda_layers` as the exact complement of `full_attn_layers` and the released MXFP4
+    /// `quantization_config`.
     pub fn config_json(&self) -> String {
         let kda_layers: Vec<Json> = (1..=self.num_hidden_layers)
             .filter(|l| !self.full_attn_layers.contains(l))
@@ -353,7 +358,7 @@ impl Json {
 }
 
 /// A JSON string literal for `s` (quotes, backslashes and control characters escaped).
-fn json_string(s: &str) -> String {
+pub(crate) fn json_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {

@@ -1,6 +1,8 @@
 //! Which tensor goes in which shard, at which offset (FORMATS.md §2.1).
 
+use crate::config::json_string;
 use crate::*;
+
 impl SynthSpec {
     fn shard_name(&self, index: usize, total: usize) -> String {
         let (a, b) = self.shard_name_digits;
@@ -49,11 +51,6 @@ impl SynthSpec {
             shards,
         })
     }
-
-    /// `config.json` text (MODEL.md §2): the nested released shape (multimodal wrapper with
-    /// `text_config` and `text_config.linear_attn_config`) or the flat test shape, with
-    /// `kda_layers` as the exact complement of `full_attn_layers` and the released MXFP4
-    /// `quantization_config`.
 }
 
 /// A tensor placed in a shard: `[begin, end)` relative to the data section (FORMATS.md §2.1).

@@ -1,6 +1,5 @@
 //! The specification of a synthetic checkpoint: widths, layer map, shard layout, seed.
 
-use crate::*;
 /// Everything that determines a synthetic checkpoint: the model config (MODEL.md §2.3, config
 /// key names in the field names), the file layout and the seed.
 #[derive(Clone, Debug, PartialEq)]

@@ -1,6 +1,7 @@
 //! The tensor set of a spec and each tensor's dtype, shape and value recipe.
 
 use crate::*;
+
 impl SynthSpec {
     fn layer_name(l: usize, suffix: &str) -> String {
         format!("{PREFIX}model.layers.{l}.{suffix}")

@@ -1,6 +1,7 @@
 //! The PRNG, FNV-1a and the block generator: the bytes of every tensor.
 
 use crate::*;
+
 /// FNV-1a-64 (FORMATS.md §1).
 pub fn fnv1a64(bytes: &[u8]) -> u64 {
     fnv1a64_update(0xcbf2_9ce4_8422_2325, bytes)
@@ -88,14 +89,14 @@ fn f32_uniform(bits24: u32, lo: f64, span: f64) -> f32 {
 }
 
 /// Generation context: the plan's tensors with their name hashes and BF16 tables.
-struct Generator<'a> {
+pub(crate) struct Generator<'a> {
     seed: u64,
     tensors: Vec<(&'a TensorDef, u64, Option<usize>)>,
     tables: Vec<Vec<u16>>,
 }
 
 impl<'a> Generator<'a> {
-    fn new(seed: u64, defs: impl Iterator<Item = &'a TensorDef>) -> Generator<'a> {
+    pub(crate) fn new(seed: u64, defs: impl Iterator<Item = &'a TensorDef>) -> Generator<'a> {
         let mut keys: Vec<(u32, u32)> = Vec::new();
         let mut tables = Vec::new();
         let tensors = defs
@@ -125,7 +126,7 @@ impl<'a> Generator<'a> {
     }
 
     /// Fills `out` with block `block` of tensor `t` (`out.len()` = that block's length).
-    fn fill(&self, t: usize, block: u64, out: &mut [u8]) {
+    pub(crate) fn fill(&self, t: usize, block: u64, out: &mut [u8]) {
         let (def, hash, table) = self.tensors[t];
         let mut rng = Xoshiro256::for_block(self.seed, hash, block);
         match def.init {

@@ -1,6 +1,7 @@
 //! Writing a checkpoint to a directory: staged aligned writes on worker threads.
 
 use crate::*;
+
 /// Bytes per write: shards are written in aligned writes of this size (the last one of a shard
 /// padded to 4096 and the file then truncated to its exact size), so an opener may use
 /// `O_DIRECT` and bypass the page cache. Not part of the byte recipe.
