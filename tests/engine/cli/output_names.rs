@@ -7,11 +7,9 @@ use crate::support;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use support::{fixture, k3_command, run_args, scratch_dir, stderr, tiny, tiny_without_max_positions};
-
-fn k3() -> Command {
-    k3_command(env!("CARGO_BIN_EXE_k3"))
-}
+use support::{
+    fixture, k3, run_args, scratch_dir, stderr, tiny, tiny_without_max_positions,
+};
 
 #[test]
 fn an_output_named_through_a_link_is_written_through_it() {

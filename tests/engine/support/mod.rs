@@ -36,16 +36,18 @@ pub fn k3_command(bin: &str) -> Command {
     }
 }
 
+/// A `Command` for the `k3` binary built for this test run, under `K3_TEST_RUNNER` if set.
+pub fn k3() -> Command {
+    k3_command(env!("CARGO_BIN_EXE_k3"))
+}
+
 /// Runs `k3 <args>` and returns its output (status, stdout, stderr).
 pub fn run_k3<I, S>(args: I) -> Output
 where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
-    k3_command(env!("CARGO_BIN_EXE_k3"))
-        .args(args)
-        .output()
-        .expect("failed to start the k3 binary")
+    k3().args(args).output().expect("failed to start the k3 binary")
 }
 
 /// A fresh scratch directory under the target directory, removed and recreated.

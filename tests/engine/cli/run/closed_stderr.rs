@@ -6,7 +6,7 @@
 use crate::support;
 
 use std::process::{Command, Stdio};
-use support::{fixture, k3_command, scratch_dir};
+use support::{fixture, k3, scratch_dir};
 
 /// The write end of a pipe whose read end is already closed: every write to it fails with
 /// EPIPE. (The reader is a `true` process that has exited.)
@@ -18,10 +18,6 @@ fn closed_pipe() -> Stdio {
     let writer = reader.stdin.take().expect("pipe to `true`");
     reader.wait().expect("wait for `true`");
     Stdio::from(writer)
-}
-
-fn k3() -> Command {
-    k3_command(env!("CARGO_BIN_EXE_k3"))
 }
 
 #[test]
