@@ -6,7 +6,7 @@
 use crate::support;
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use support::{
     fixture, k3, run_args, scratch_dir, stderr, tiny, tiny_without_max_positions,
 };

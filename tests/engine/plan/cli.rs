@@ -2,7 +2,7 @@
 //! position counts that overflow, budgets above what the model can use, budget flags too large
 //! and a bad thread count naming the flag.
 
-use crate::support::{fixture, run_args, stderr, tiny, tiny_without_max_positions};
+use crate::support::{run_args, scratch_dir, stderr, tiny, tiny_without_max_positions};
 use std::path::Path;
 
 fn hash_of(json: &Path) -> String {

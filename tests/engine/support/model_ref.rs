@@ -71,7 +71,6 @@ pub struct TensorRec {
 
 /// A checkpoint directory read with serde_json (independent of the engine's parsers).
 pub struct Ckpt {
-    pub dir: PathBuf,
     pub shards: Vec<PathBuf>,
     pub tensors: HashMap<String, TensorRec>,
     pub config: Value,
@@ -116,7 +115,6 @@ impl Ckpt {
             }
         }
         Ckpt {
-            dir: dir.to_path_buf(),
             shards: names,
             tensors,
             config,
