@@ -295,5 +295,4 @@ impl SynthSpec {
             Err(bad.join("; "))
         }
     }
-
 }

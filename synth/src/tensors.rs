@@ -200,9 +200,7 @@ impl SynthSpec {
             )],
         )
     }
-
 }
-
 
 /// The three dtypes the catalogue binds (FORMATS.md §2.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

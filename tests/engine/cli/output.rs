@@ -7,8 +7,8 @@
 //! `<final>.tmp`, and the test makes that name a symbolic link to `/dev/full`, whose writes fail
 //! with ENOSPC (Linux).
 
-use crate::support::model_ref;
 use crate::support;
+use crate::support::model_ref;
 
 use std::path::{Path, PathBuf};
 use support::{copy_dir, fixture, run_k3, scratch_dir};

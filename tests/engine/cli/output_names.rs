@@ -7,9 +7,7 @@ use crate::support;
 
 use std::path::Path;
 use std::process::{Output, Stdio};
-use support::{
-    fixture, k3, run_args, scratch_dir, stderr, tiny, tiny_without_max_positions,
-};
+use support::{fixture, k3, run_args, scratch_dir, stderr, tiny, tiny_without_max_positions};
 
 #[test]
 fn an_output_named_through_a_link_is_written_through_it() {

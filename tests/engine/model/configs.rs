@@ -5,8 +5,8 @@
 //! (no renormalisation), no shared experts, no MLA output gate, no latent norm, a routed
 //! scaling factor ≠ 1.
 
-use crate::support::model_ref;
 use crate::support;
+use crate::support::model_ref;
 
 use model_ref::{max_abs_diff, Ckpt, RefModel};
 use std::path::{Path, PathBuf};

@@ -1,8 +1,8 @@
 //! The expert source: an expert whose six tensors are not one contiguous run is read as six
 //! pieces (FORMATS.md §4: not an error) and gives bit-identical logits.
 
-use crate::support::model_ref;
 use crate::support;
+use crate::support::model_ref;
 
 use model_ref::Ckpt;
 use serde_json::Value;

@@ -6,8 +6,8 @@
 //! So an engine implementing the variant fails these tests. Rows about state and chunking
 //! (8, 21, 22) are also held by the bit-identity tests in cli/run/tiny.rs.
 
-use crate::support::model_ref;
 use crate::support;
+use crate::support::model_ref;
 
 use model_ref::*;
 use serde_json::Value;

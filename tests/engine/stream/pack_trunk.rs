@@ -327,7 +327,11 @@ fn a_failed_pack_trunk_leaves_no_output_directory() {
     std::fs::write(&file, "x").unwrap();
     let o = support::run_args(&["pack-trunk", &support::tiny(), file.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{}", support::stderr(&o));
-    assert!(support::stderr(&o).contains("not a directory"), "{}", support::stderr(&o));
+    assert!(
+        support::stderr(&o).contains("not a directory"),
+        "{}",
+        support::stderr(&o)
+    );
 }
 
 #[test]

@@ -444,7 +444,11 @@ fn sim_cache_checks_its_tsv_path_before_replaying() {
         "/nonexistent-k3-dir/x.tsv",
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", support::stderr(&o));
-    assert!(support::stderr(&o).contains("--tsv"), "{}", support::stderr(&o));
+    assert!(
+        support::stderr(&o).contains("--tsv"),
+        "{}",
+        support::stderr(&o)
+    );
     assert!(
         o.stdout.is_empty(),
         "refused before the replay printed its table"

@@ -47,7 +47,9 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
-    k3().args(args).output().expect("failed to start the k3 binary")
+    k3().args(args)
+        .output()
+        .expect("failed to start the k3 binary")
 }
 
 /// A fresh scratch directory under the target directory, removed and recreated.

@@ -4,8 +4,8 @@
 //! non-finite activation (naming layer and position), flags of later work; and a shard that
 //! shrinks after it was indexed fails the token with exit 4 (MODEL.md §11 row 23).
 
-use crate::support::model_ref;
 use crate::support;
+use crate::support::model_ref;
 
 use model_ref::Ckpt;
 use std::path::{Path, PathBuf};
