@@ -146,6 +146,8 @@ impl SynthSpec {
         let obj = Json::Obj(vec![
             (
                 "generator".into(),
+                // The generator's name as first written (it lived in tests/support/synth.rs):
+                // kept, so synth.json keeps its bytes (bench/results/synth-k3-default.sha256).
                 Json::str("k3 synth (tests/support/synth.rs)"),
             ),
             (

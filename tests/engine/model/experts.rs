@@ -32,14 +32,8 @@ fn reverse_shard_of_layer(dir: &Path, layer: usize) {
         header.insert(n.clone(), serde_json::json!({"dtype": t.dtype, "shape": t.shape, "data_offsets": [data.len(), data.len() + b.len()]}));
         data.extend_from_slice(&b);
     }
-    let mut h = serde_json::to_vec(&Value::Object(header)).unwrap();
-    while h.len() % 8 != 0 {
-        h.push(b' ');
-    }
-    let mut out = (h.len() as u64).to_le_bytes().to_vec();
-    out.extend_from_slice(&h);
-    out.extend_from_slice(&data);
-    std::fs::write(&c.shards[si], out).unwrap();
+    let h = serde_json::to_string(&Value::Object(header)).unwrap();
+    std::fs::write(&c.shards[si], support::raw_safetensors(&h, &data)).unwrap();
 }
 
 fn hash_and_dump(dir: &Path, tag: &str) -> (Value, Vec<u8>) {

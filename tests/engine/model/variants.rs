@@ -331,14 +331,8 @@ fn drop_tensors(dir: &Path, drop: impl Fn(&str) -> bool) {
             );
             data.extend_from_slice(&b);
         }
-        let mut h = serde_json::to_vec(&Value::Object(header)).unwrap();
-        while h.len() % 8 != 0 {
-            h.push(b' ');
-        }
-        let mut out = (h.len() as u64).to_le_bytes().to_vec();
-        out.extend_from_slice(&h);
-        out.extend_from_slice(&data);
-        std::fs::write(path, out).unwrap();
+        let h = serde_json::to_string(&Value::Object(header)).unwrap();
+        std::fs::write(path, support::raw_safetensors(&h, &data)).unwrap();
     }
     let ip = dir.join("model.safetensors.index.json");
     let mut idx: Value = serde_json::from_slice(&std::fs::read(&ip).unwrap()).unwrap();

@@ -190,14 +190,8 @@ pub fn write_shard(path: &Path, tensors: &[ShardTensor]) {
         );
         data.extend_from_slice(&t.data);
     }
-    let mut h = serde_json::to_vec(&Value::Object(header)).unwrap();
-    while h.len() % 8 != 0 {
-        h.push(b' ');
-    }
-    let mut out = (h.len() as u64).to_le_bytes().to_vec();
-    out.extend_from_slice(&h);
-    out.extend_from_slice(&data);
-    std::fs::write(path, out).unwrap();
+    let h = serde_json::to_string(&Value::Object(header)).unwrap();
+    std::fs::write(path, crate::support::raw_safetensors(&h, &data)).unwrap();
 }
 
 /// The shard file holding tensor `name` (by the index file).
