@@ -40,12 +40,16 @@ const BATTERY_TEST: &str = "kernels/tests/gate_battery.rs";
 
 /// What runs under emulation, kept small for CI's 90 minutes (compiling for aarch64 and running
 /// under qemu are both slow): every test of the kernels crate (with the battery), the engine's
-/// unit tests, and the engine's integration tests whose file name (tests/<name>.rs) starts with
-/// one of these prefixes: the model on tiny-k3, the run command and the budget bit-identity
-/// matrix (streamed trunk, packed trunk, expert cache, streamed tables), which execute the `k3`
-/// binary through `K3_TEST_RUNNER`. Parsers, tokenizer and I/O tests do not touch the kernels
-/// and run natively only.
-const EMULATED_K3_TEST_PREFIXES: &[&str] = &["model_", "run_", "stream_identity"];
+/// unit tests, and the tests of the engine's integration crate ([`ENGINE_TEST`]) selected by
+/// these libtest name filters (module paths of tests/engine/): the model on tiny-k3
+/// (`model::`), the run command (`cli::run::`) and the budget bit-identity matrix (streamed
+/// trunk, packed trunk, expert cache, streamed tables; `stream::identity::`), which execute
+/// the `k3` binary through `K3_TEST_RUNNER`. Parsers, tokenizer and I/O tests do not touch the
+/// kernels and run natively only.
+const EMULATED_K3_TEST_FILTERS: &[&str] = &["model::", "cli::run::", "stream::identity::"];
+
+/// The engine's one integration test crate (`[[test]]` in Cargo.toml, tests/engine/main.rs).
+const ENGINE_TEST: &str = "engine";
 
 /// The cross target of the NEON path on a non-aarch64 machine.
 const CROSS_TRIPLE: &str = "aarch64-unknown-linux-gnu";
@@ -571,8 +575,10 @@ fn cargo_command(root: &Path, runner: Runner, sub: &str) -> Command {
 }
 
 /// The test suite of one path, as cargo commands: the whole workspace natively; under qemu the
-/// kernels crate and the engine's tests selected by [`EMULATED_K3_TEST_PREFIXES`], where tests
-/// that execute the `k3` binary run it through qemu too (`K3_TEST_RUNNER`).
+/// kernels crate, the engine's unit tests and, in a command of their own (the name filters
+/// would also filter the unit tests), its integration tests selected by
+/// [`EMULATED_K3_TEST_FILTERS`], where tests that execute the `k3` binary run it through qemu
+/// too (`K3_TEST_RUNNER`).
 fn suite_commands(root: &Path, plan: &PathPlan) -> Vec<(String, Command)> {
     let mut cmds = Vec::new();
     match plan.runner {
@@ -585,13 +591,16 @@ fn suite_commands(root: &Path, plan: &PathPlan) -> Vec<(String, Command)> {
             let mut kernels = cargo_command(root, plan.runner, "test");
             kernels.args(["-p", "k3-kernels", "--no-fail-fast"]);
             cmds.push(("k3-kernels".to_string(), kernels));
-            let mut k3 = cargo_command(root, plan.runner, "test");
-            k3.args(["-p", "k3", "--no-fail-fast", "--lib"]);
-            let tests = emulated_k3_tests(root);
-            for t in &tests {
-                k3.args(["--test", t]);
-            }
-            cmds.push((format!("k3: lib {}", tests.join(" ")), k3));
+            let mut lib = cargo_command(root, plan.runner, "test");
+            lib.args(["-p", "k3", "--no-fail-fast", "--lib"]);
+            cmds.push(("k3: lib".to_string(), lib));
+            let mut engine = cargo_command(root, plan.runner, "test");
+            engine.args(["-p", "k3", "--no-fail-fast", "--test", ENGINE_TEST, "--"]);
+            engine.args(EMULATED_K3_TEST_FILTERS);
+            cmds.push((
+                format!("k3: {ENGINE_TEST} {}", EMULATED_K3_TEST_FILTERS.join(" ")),
+                engine,
+            ));
             for (_, cmd) in &mut cmds {
                 // Bounded too: a hung child would outlive its killed test binary.
                 cmd.env(
@@ -602,31 +611,6 @@ fn suite_commands(root: &Path, plan: &PathPlan) -> Vec<(String, Command)> {
         }
     }
     cmds
-}
-
-/// The engine's integration tests (tests/<name>.rs or tests/<name>/main.rs) that run under
-/// emulation, sorted.
-fn emulated_k3_tests(root: &Path) -> Vec<String> {
-    let Ok(dir) = std::fs::read_dir(root.join("tests")) else {
-        return Vec::new();
-    };
-    let mut names: Vec<String> = dir
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let p = e.path();
-            let name = e.file_name().to_string_lossy().into_owned();
-            if p.is_file() {
-                name.strip_suffix(".rs").map(str::to_string)
-            } else if p.join("main.rs").is_file() {
-                Some(name)
-            } else {
-                None
-            }
-        })
-        .filter(|n| EMULATED_K3_TEST_PREFIXES.iter().any(|p| n.starts_with(p)))
-        .collect();
-    names.sort();
-    names
 }
 
 // ---------------------------------------------------------------------------------------------

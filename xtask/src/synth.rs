@@ -1,10 +1,9 @@
 //! `cargo xtask synth <dir>`: writes a synthetic checkpoint in the released Kimi K3 format at
-//! the released widths (the generator itself is `tests/support/synth.rs`, shared with the
+//! the released widths (the generator itself is the `k3-synth` crate, synth/, shared with the
 //! engine's tests). Progress (GB, MB/s, ETA) on stderr; exit 2 for bad flags, 3 when the disk
 //! lacks space, 4 for an I/O failure while writing.
 
-#[path = "../../tests/support/synth.rs"]
-pub mod gen;
+pub use k3_synth as gen;
 
 use gen::{Options, SynthSpec};
 use std::fs::File;

@@ -1,9 +1,8 @@
-//! Tests of the synthetic checkpoint generator (tests/support/synth.rs) and `cargo xtask synth`.
+//! Tests of the synthetic checkpoint generator (the `k3-synth` crate, synth/) and `cargo xtask synth`.
 //! Formats are checked with an independent JSON parser (serde_json) against MODEL.md §2, §4,
 //! §9 and FORMATS.md §2–§5.
 
-#[path = "../../tests/support/synth.rs"]
-mod synth;
+use k3_synth as synth;
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,14 +1,13 @@
 //! Synthetic checkpoint generation speed against the device's own sequential write speed,
 //! measured back to back in the same run: (a) raw `O_DIRECT` writes of random bytes in 64 MiB
-//! aligned writes with `fdatasync` (what `dd oflag=direct` does), (b) `tests/support/synth.rs`
+//! aligned writes with `fdatasync` (what `dd oflag=direct` does), (b) the `k3-synth` crate
 //! writing the checkpoint of `cargo xtask synth` (same opener, same write size). Reports both
 //! in MB/s and their ratio; writes a TSV under bench/results/ with the machine description and
 //! the exact command. Outputs are deleted afterwards.
 //!
 //! `cargo run --release -p k3-bench --bin synth_write -- <scratch_dir> [options]`
 
-#[path = "../../../tests/support/synth.rs"]
-mod synth;
+use k3_synth as synth;
 
 use k3_bench::{idle, machine};
 use std::fmt::Write as _;

@@ -1,0 +1,66 @@
+//! `--help` works on every subcommand (ENGINE.md §3): usage on standard output, exit 0, even
+//! among other flags.
+
+use crate::support;
+
+use support::run_k3;
+
+/// Every subcommand of `k3 --help`'s list, and the run command both ways.
+const SUBCOMMANDS: &[&str] = &[
+    "run",
+    "inspect",
+    "tokenize",
+    "detokenize",
+    "pack-trunk",
+    "sim-cache",
+];
+
+#[test]
+fn every_subcommand_prints_its_usage_on_help() {
+    // the list above is the one k3 --help gives
+    let top = run_k3(["--help"]);
+    let top = String::from_utf8_lossy(&top.stdout).to_string();
+    for cmd in SUBCOMMANDS {
+        assert!(
+            top.contains(&format!("k3 {cmd}")),
+            "{cmd} missing from k3 --help:\n{top}"
+        );
+    }
+    for cmd in SUBCOMMANDS {
+        for args in [vec![*cmd, "--help"], vec![*cmd, "--bogus", "--help"]] {
+            let o = run_k3(&args);
+            let out = String::from_utf8_lossy(&o.stdout);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(0), "{args:?}: {err}");
+            assert!(
+                out.starts_with("usage: k3") && out.contains(cmd.trim_start_matches("run")),
+                "{args:?}: {out}"
+            );
+        }
+    }
+}
+
+/// A `--help` that is the value of a flag is that value, not a request for help.
+#[test]
+fn help_as_a_flag_value_is_a_value() {
+    let tok = support::fixture("tiny-k3-text");
+    let o = run_k3([
+        "tokenize",
+        "--tok",
+        tok.to_str().unwrap(),
+        "--text",
+        "--help",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(!out.contains("usage"), "{out}");
+    assert!(
+        out.trim().split(',').all(|t| t.parse::<u32>().is_ok()),
+        "{out}"
+    );
+}

@@ -1,0 +1,6 @@
+//! The run command end to end: tiny fixtures, text in and out, refusals, a closed stderr.
+
+mod closed_stderr;
+mod refusals;
+mod text;
+mod tiny;

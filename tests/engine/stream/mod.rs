@@ -1,0 +1,10 @@
+//! Streaming (ENGINE.md §4–§5): bit-identity at every budget, peak RSS, faults, the packed
+//! trunk (`k3 pack-trunk`), the expert cache and its policies, traces and `k3 sim-cache`.
+
+mod expert_cache;
+mod faults;
+mod identity;
+mod pack_trunk;
+mod policy;
+mod rss;
+mod sim_cache;
