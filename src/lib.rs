@@ -3,7 +3,9 @@
 //! Module map (one concept per module, one direction of dependency; see DEVELOPERS.md):
 //! parsers (`json`, `config`, `safetensors`, `tokenizer`) know nothing of the model;
 //! the numeric kernels live in the `k3-kernels` crate and know nothing of files;
-//! the model composes kernels; streaming supplies bytes to the model; `cli` composes all.
+//! the model composes kernels and reads no file; `bind` turns a checkpoint's bytes into the
+//! model's views; streaming supplies bytes to the model; `run` opens a model with a plan and
+//! decodes; `cli` parses flags, plans, prints and composes all.
 
 // Standard output and error go through `say!`, `sayln!` and `out!`, which never panic.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
