@@ -17,7 +17,7 @@ use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-const SPECS: [Spec; 1] = [Spec::Switch("json")];
+pub(crate) const SPECS: [Spec; 1] = [Spec::Switch("json")];
 
 const USAGE: &str = "\
 usage: k3 inspect <model_dir> [--json]

@@ -21,7 +21,7 @@ usage: k3 pack-trunk <model_dir> <out_dir> [--config PATH] [--quiet]
   --quiet         no progress
 ";
 
-const SPECS: &[Spec] = &[
+pub(crate) const SPECS: &[Spec] = &[
     Spec::Switch("help"),
     Spec::Value("config"),
     Spec::Switch("quiet"),

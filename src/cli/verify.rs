@@ -1,0 +1,373 @@
+//! `k3 verify <model_dir> [--sums FILE] [--write-sums FILE]` (docs/verify.md): checks a
+//! downloaded checkpoint.
+//!
+//! Always: the config, every shard's header and bounds and the tensor census (what `k3 inspect`
+//! checks: a truncated or padded shard fails its header's tiling check), every shard the index
+//! file lists is present, and the tensors' bytes add up to the index's `metadata.total_size`.
+//! With `--sums`: each listed file's SHA-256, streamed in 8 MiB reads through the I/O layer,
+//! against a `sha256sum`-format list; the first mismatch stops with the file's name.
+//! With `--write-sums`: the SHA-256 of every file in the directory, written in `sha256sum`
+//! format (atomically, like every output).
+//!
+//! Exit 0 when everything checks; exit 2 for a damaged, missing or mismatching file (the data
+//! on disk is invalid input; the message says which one file to download again); exit 4 for a
+//! read error.
+
+use crate::census::Census;
+use crate::checkpoint::{TensorIndex, INDEX_FILE};
+use crate::cli::args::{Args, Spec};
+use crate::config::Config;
+use crate::digest::sha256::{to_hex, Sha256};
+use crate::error::{Error, Result};
+use crate::io::{IoFile, OutFile};
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+pub(crate) const SPECS: [Spec; 2] = [Spec::Value("sums"), Spec::Value("write-sums")];
+
+const USAGE: &str = "\
+usage: k3 verify <model_dir> [--sums FILE | --write-sums FILE]
+  Checks a downloaded checkpoint: the config, every shard's header and bounds, the tensor
+  census, that every shard the index lists is present and that the tensor bytes add up to the
+  index's total_size. Exit 0 when all is well, 2 naming the damaged or missing file.
+  Without --sums a byte flipped inside a tensor cannot be detected: give the checksums.
+  --sums FILE        a sha256sum-format list (`<64 hex digits>  <file name>` per line); each
+                     listed file's SHA-256 is computed and compared (progress on stderr)
+  --write-sums FILE  write the SHA-256 of every file in <model_dir> in sha256sum format
+                     (after a download you trust; `sha256sum -c FILE` accepts it too)
+  See docs/verify.md.
+";
+
+/// Bytes per read while hashing: large sequential reads, one buffer.
+const CHUNK: usize = 8 << 20;
+
+/// Runs `k3 verify` with the arguments after the subcommand name.
+pub fn run(argv: &[OsString]) -> Result<()> {
+    let Some(args) = Args::parse_or_help(argv, &SPECS, USAGE)? else {
+        return Ok(());
+    };
+    let dir = match args.positional.as_slice() {
+        [d] => PathBuf::from(d),
+        [] => return Err(Error::invalid("verify: missing <model_dir> (see k3 verify -h)")),
+        more => {
+            return Err(Error::invalid(format!(
+                "verify: expected one <model_dir>, got {} arguments (see k3 verify -h)",
+                more.len()
+            )))
+        }
+    };
+    let sums = args.value_os("sums").map(PathBuf::from);
+    let write = args.value_os("write-sums").map(PathBuf::from);
+    if sums.is_some() && write.is_some() {
+        return Err(Error::invalid(
+            "verify: give --sums FILE or --write-sums FILE, not both",
+        ));
+    }
+    // The output is checked (its temporary created) before hours of reading.
+    let mut out_file = match &write {
+        Some(p) => Some(OutFile::create("--write-sums", p, "the checksum list")?),
+        None => None,
+    };
+    let mut text = structure(&dir)?;
+    match (&sums, &mut out_file) {
+        (Some(list), _) => {
+            let entries = parse_sums(list)?;
+            text += &check_sums(&dir, list, &entries)?;
+        }
+        (None, Some(out)) => {
+            let files = dir_files(&dir, out.path())?;
+            let (body, summary) = write_sums(&dir, &files)?;
+            out.write_all(body.as_bytes())?;
+            text += &summary;
+        }
+        (None, None) => text.push_str(
+            "note: without --sums, a byte flipped inside a tensor cannot be detected from the files \
+             alone: only headers, sizes and bounds were checked. Give --sums FILE (the published \
+             SHA-256 list, or one written by --write-sums after a download you trust).\n",
+        ),
+    }
+    if let Some(out) = out_file {
+        let path = out.path().display().to_string();
+        out.commit()?;
+        let _ = writeln!(text, "wrote {path}");
+    }
+    crate::cli::write_stdout(text.as_bytes())
+}
+
+/// The checks that need no checksum; returns the report lines.
+fn structure(dir: &Path) -> Result<String> {
+    if !dir.is_dir() {
+        return Err(Error::invalid(format!(
+            "{}: not a directory (usage: k3 verify <model_dir>)",
+            dir.display()
+        )));
+    }
+    let cfg = Config::from_file(&dir.join("config.json"))?;
+    let index = TensorIndex::open(dir)?;
+    let mut text = String::new();
+    let absent: Vec<&str> = index
+        .shards()
+        .iter()
+        .filter(|s| !s.present)
+        .map(|s| s.file_name.as_str())
+        .collect();
+    if let Some(first) = absent.first() {
+        return Err(Error::invalid(format!(
+            "{}: {} shard{} listed in {INDEX_FILE} {} not present (first: {first}); download {}",
+            dir.display(),
+            absent.len(),
+            if absent.len() == 1 { "" } else { "s" },
+            if absent.len() == 1 { "is" } else { "are" },
+            if absent.len() == 1 { "it" } else { "them" }
+        )));
+    }
+    let mut tensor_bytes = 0u64;
+    index.for_each(|_, _, t| tensor_bytes += t.nbytes);
+    if let Some(total) = index_total_size(dir)? {
+        if total != tensor_bytes {
+            return Err(Error::invalid(format!(
+                "{}: metadata.total_size is {total} bytes but the shards' tensors hold \
+                 {tensor_bytes} bytes: a shard is from another download or damaged; compare the \
+                 shard sizes with the published ones",
+                dir.join(INDEX_FILE).display()
+            )));
+        }
+    }
+    Census::run(&cfg, &index).check(&dir.display().to_string())?;
+    let file_bytes: u64 = index.shards().iter().map(|s| s.file_size).sum();
+    let _ = writeln!(
+        text,
+        "{}: {} shards, {} tensors, {file_bytes} bytes: headers, bounds and census ok",
+        dir.display(),
+        index.shards().len(),
+        index.len()
+    );
+    Ok(text)
+}
+
+/// `metadata.total_size` of the index file, when there is an index file that has one.
+fn index_total_size(dir: &Path) -> Result<Option<u64>> {
+    let path = dir.join(INDEX_FILE);
+    if !path.exists() {
+        return Ok(None);
+    }
+    let bytes = std::fs::read(&path)
+        .map_err(|e| Error::io(format!("{}: cannot read: {e}", path.display())))?;
+    let v = crate::json::parse(&bytes).map_err(|e| e.into_error(path.display(), 0))?;
+    match v.get("metadata").and_then(|m| m.get("total_size")) {
+        None => Ok(None),
+        Some(t) => t.as_number().and_then(|n| n.as_u64()).map(Some).ok_or_else(|| {
+            Error::invalid(format!(
+                "{}: metadata.total_size: expected a non-negative integer",
+                path.display()
+            ))
+        }),
+    }
+}
+
+/// One line of a `sha256sum` list: the expected digest and the file name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SumEntry {
+    /// 64 lowercase hex digits.
+    pub hex: String,
+    /// The file name relative to the model directory.
+    pub name: String,
+}
+
+/// Parses `sha256sum` output: `<64 hex>  <name>` or `<64 hex> *<name>` per line; blank lines
+/// and `#` comments are skipped.
+///
+/// Errors (exit 2): a malformed line, or a name that leaves the directory (absolute or `..`),
+/// naming the list file and line number.
+pub fn parse_sums_text(label: &str, text: &str) -> Result<Vec<SumEntry>> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim_end_matches('\r');
+        if line.trim().is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let bad = |why: &str| {
+            Error::invalid(format!(
+                "{label}: line {}: {why} (expected `<64 hex digits>  <file name>`, as sha256sum writes)",
+                i + 1
+            ))
+        };
+        let (hex, rest) = line.split_at_checked(64).ok_or_else(|| bad("too short"))?;
+        if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(bad("the digest is not 64 hex digits"));
+        }
+        let name = rest
+            .strip_prefix("  ")
+            .or_else(|| rest.strip_prefix(" *"))
+            .ok_or_else(|| bad("no two-character separator after the digest"))?;
+        if name.is_empty()
+            || name.starts_with('/')
+            || name.split('/').any(|c| c == "..")
+        {
+            return Err(bad(&format!(
+                "file name `{name}` is empty or leaves the model directory"
+            )));
+        }
+        out.push(SumEntry {
+            hex: hex.to_ascii_lowercase(),
+            name: name.to_string(),
+        });
+    }
+    if out.is_empty() {
+        return Err(Error::invalid(format!("{label}: no checksum lines")));
+    }
+    Ok(out)
+}
+
+fn parse_sums(list: &Path) -> Result<Vec<SumEntry>> {
+    let text = std::fs::read_to_string(list).map_err(|e| {
+        Error::invalid(format!("flag `--sums {}`: cannot read: {e}", list.display()))
+    })?;
+    parse_sums_text(&list.display().to_string(), &text)
+}
+
+/// Hashes each listed file and compares; stops at the first mismatch.
+fn check_sums(dir: &Path, list: &Path, entries: &[SumEntry]) -> Result<String> {
+    let start = Instant::now();
+    let mut total = 0u64;
+    for (i, e) in entries.iter().enumerate() {
+        let path = dir.join(&e.name);
+        if !path.is_file() {
+            return Err(Error::invalid(format!(
+                "{}: listed in {} but not present; download this file",
+                path.display(),
+                list.display()
+            )));
+        }
+        let (digest, n) = hash_file(&path, i + 1, entries.len())?;
+        total += n;
+        let got = to_hex(&digest);
+        if got != e.hex {
+            return Err(Error::invalid(format!(
+                "{}: SHA-256 mismatch: {} lists {}, the file has {got}: the file is damaged or \
+                 incomplete; download this one file again",
+                path.display(),
+                list.display(),
+                e.hex
+            )));
+        }
+    }
+    Ok(format!(
+        "sha256: {} files match {} ({})\n",
+        entries.len(),
+        list.display(),
+        throughput(total, start.elapsed().as_secs_f64())
+    ))
+}
+
+/// The regular, non-hidden files of `dir` in byte-wise name order, without `skip` (the list
+/// being written) or its temporary.
+fn dir_files(dir: &Path, skip: &Path) -> Result<Vec<String>> {
+    let rd = std::fs::read_dir(dir)
+        .map_err(|e| Error::io(format!("{}: cannot list: {e}", dir.display())))?;
+    let skip = std::fs::canonicalize(skip.parent().unwrap_or(Path::new(".")))
+        .ok()
+        .map(|p| p.join(skip.file_name().unwrap_or_default()));
+    let skip_tmp = skip.as_deref().map(crate::io::out::tmp_path);
+    let mut names = Vec::new();
+    for ent in rd {
+        let ent = ent.map_err(|e| Error::io(format!("{}: cannot list: {e}", dir.display())))?;
+        let Ok(name) = ent.file_name().into_string() else {
+            continue;
+        };
+        let path = ent.path();
+        let canon = std::fs::canonicalize(&path).ok();
+        if name.starts_with('.')
+            || !path.is_file()
+            || (canon.is_some() && (canon == skip || canon == skip_tmp))
+        {
+            continue;
+        }
+        names.push(name);
+    }
+    names.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    Ok(names)
+}
+
+/// The `sha256sum` list of `files` and a summary line.
+fn write_sums(dir: &Path, files: &[String]) -> Result<(String, String)> {
+    let start = Instant::now();
+    let mut body = String::new();
+    let mut total = 0u64;
+    for (i, name) in files.iter().enumerate() {
+        let (digest, n) = hash_file(&dir.join(name), i + 1, files.len())?;
+        total += n;
+        let _ = writeln!(body, "{}  {name}", to_hex(&digest));
+    }
+    let summary = format!(
+        "sha256: {} files hashed ({})\n",
+        files.len(),
+        throughput(total, start.elapsed().as_secs_f64())
+    );
+    Ok((body, summary))
+}
+
+/// SHA-256 of one file, read in [`CHUNK`]-byte positioned reads that do not stay in the page
+/// cache; a progress line per file on standard error. Returns the digest and the byte count.
+fn hash_file(path: &Path, nth: usize, of: usize) -> Result<([u8; 32], u64)> {
+    let f = IoFile::open(path)?;
+    let len = f.len_at_open();
+    let mut buf = vec![0u8; CHUNK.min(len as usize).max(1)];
+    let mut h = Sha256::new();
+    let start = Instant::now();
+    let mut off = 0u64;
+    let live = crate::io::sys::stderr_is_terminal();
+    let mut last_shown = 0u64;
+    while off < len {
+        let n = CHUNK.min((len - off) as usize);
+        f.read_uncached_at(&mut buf[..n], off)?;
+        h.update(&buf[..n]);
+        off += n as u64;
+        if live && off - last_shown >= 1 << 30 {
+            last_shown = off;
+            crate::say!(
+                "\r[{nth}/{of}] {}: {}% ",
+                path.display(),
+                off * 100 / len.max(1)
+            );
+        }
+    }
+    crate::sayln!(
+        "{}[{nth}/{of}] {}: {len} bytes ({})",
+        if live { "\r" } else { "" },
+        path.display(),
+        throughput(len, start.elapsed().as_secs_f64())
+    );
+    Ok((h.finish(), len))
+}
+
+/// `N.NN GB in S s, R MB/s` (decimal units).
+fn throughput(bytes: u64, secs: f64) -> String {
+    let rate = if secs > 0.0 {
+        format!("{:.0} MB/s", bytes as f64 / secs / 1e6)
+    } else {
+        "-".into()
+    };
+    format!("{:.3} GB in {secs:.1} s, {rate}", bytes as f64 / 1e9)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sums_lines_text_and_binary_mode() {
+        let h = "a".repeat(64);
+        let t = format!("{h}  model.safetensors\n# c\n\n{} *config.json\n", "B".repeat(64));
+        let v = parse_sums_text("l", &t).unwrap();
+        assert_eq!(v[0].name, "model.safetensors");
+        assert_eq!(v[1].hex, "b".repeat(64));
+        assert_eq!(v[1].name, "config.json");
+        for bad in ["zz  x", &format!("{h}  ../x"), &format!("{h}  /etc/x"), &format!("{h} x")] {
+            let e = parse_sums_text("l", bad).unwrap_err();
+            assert!(e.message.starts_with("l: line 1:"), "{}", e.message);
+        }
+    }
+}
