@@ -156,7 +156,8 @@ impl Collector {
         }
         let at = (self.problems.len() < MAX_PROBLEMS).then_some(self.problems.len());
         self.push(String::new());
-        self.absent.push((shard.to_string(), at, 1, name.to_string()));
+        self.absent
+            .push((shard.to_string(), at, 1, name.to_string()));
     }
     /// The problems, with each absent shard's line naming its count.
     fn finish(mut self) -> (Vec<String>, bool) {

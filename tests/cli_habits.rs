@@ -68,7 +68,11 @@ fn prompt_file_dash_reads_standard_input() {
         .unwrap();
     child.stdin.take().unwrap().write_all(p.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(out.stdout, want);
 }
 
@@ -89,7 +93,14 @@ fn help_on_every_command_short_long_and_k3_help() {
     assert_eq!(k3(&["-h"]).1, top);
     assert_eq!(k3(&["help"]).1, top);
     let top = String::from_utf8(top).unwrap();
-    for f in ["-p, --prompt", "-n, --gen", "--prompt-file", "--mem-gb", "--preset", "k3 help"] {
+    for f in [
+        "-p, --prompt",
+        "-n, --gen",
+        "--prompt-file",
+        "--mem-gb",
+        "--preset",
+        "k3 help",
+    ] {
         assert!(top.contains(f), "k3 --help lacks {f}:\n{top}");
     }
     for c in COMMANDS {
@@ -109,7 +120,13 @@ fn a_closed_pipe_ends_quietly_with_exit_0() {
     let text = dir.join("big.txt");
     std::fs::write(&text, "the capital of France is Paris. ".repeat(64 * 1024)).unwrap();
     let mut child = k3_command(env!("CARGO_BIN_EXE_k3"))
-        .args(["tokenize", "--tok", &text_model(), "--file", text.to_str().unwrap()])
+        .args([
+            "tokenize",
+            "--tok",
+            &text_model(),
+            "--file",
+            text.to_str().unwrap(),
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -171,7 +188,12 @@ fn completions_parse_and_name_every_subcommand_and_flag() {
     assert_eq!(code, 0);
     let zsh = String::from_utf8(zsh).unwrap();
     assert!(zsh.starts_with("#compdef k3\n"), "{zsh}");
-    match std::process::Command::new("zsh").arg("-n").arg("-c").arg(&zsh).output() {
+    match std::process::Command::new("zsh")
+        .arg("-n")
+        .arg("-c")
+        .arg(&zsh)
+        .output()
+    {
         Ok(o) => assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr)),
         Err(_) => eprintln!("SKIPPED: zsh -n (zsh not installed)"),
     }
@@ -179,7 +201,14 @@ fn completions_parse_and_name_every_subcommand_and_flag() {
         for c in COMMANDS.iter().chain(&["help"]) {
             assert!(script.contains(&format!(" {c}")), "{c} missing");
         }
-        for flag in ["--prompt", "--gen", "--sums", "--write-sums", "--expert-bytes", "--json"] {
+        for flag in [
+            "--prompt",
+            "--gen",
+            "--sums",
+            "--write-sums",
+            "--expert-bytes",
+            "--json",
+        ] {
             assert!(script.contains(flag), "{flag} missing");
         }
     }

@@ -56,7 +56,11 @@ fn engine_sha256_equals_sha2_on_fixture_files_and_odd_lengths() {
     let data: Vec<u8> = (0..300u32).map(|i| (i * 31 + 7) as u8).collect();
     for n in 0..data.len() {
         let want: [u8; 32] = sha2::Sha256::digest(&data[..n]).into();
-        assert_eq!(to_hex(&Sha256::digest(&data[..n])), to_hex(&want), "length {n}");
+        assert_eq!(
+            to_hex(&Sha256::digest(&data[..n])),
+            to_hex(&want),
+            "length {n}"
+        );
     }
 }
 
@@ -123,7 +127,10 @@ fn a_flipped_byte_is_caught_by_the_sums_naming_the_shard() {
     assert_eq!(code, 0, "{err}");
     let (code, _, err) = k3(&["verify", s(&dir), "--sums", s(&list)]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains(&format!("{SHARD3}: SHA-256 mismatch")), "{err}");
+    assert!(
+        err.contains(&format!("{SHARD3}: SHA-256 mismatch")),
+        "{err}"
+    );
     assert!(err.contains("download this one file again"), "{err}");
 }
 
@@ -147,7 +154,10 @@ fn a_missing_shard_or_listed_file_is_named_once() {
     std::fs::remove_file(dir.join(SHARD3)).unwrap();
     let (code, _, err) = k3(&["verify", s(&dir)]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains(&format!("not present (first: {SHARD3}); download it")), "{err}");
+    assert!(
+        err.contains(&format!("not present (first: {SHARD3}); download it")),
+        "{err}"
+    );
     assert_eq!(err.lines().count(), 1, "{err}");
     // inspect (the census) names the shard once and counts its tensors.
     let (code, _, err) = k3(&["inspect", s(&dir)]);

@@ -223,7 +223,11 @@ mod tests {
 
     #[test]
     fn short_flags_stand_for_long_ones_where_accepted() {
-        let specs = [Spec::Value("gen"), Spec::Value("prompt"), Spec::Switch("help")];
+        let specs = [
+            Spec::Value("gen"),
+            Spec::Value("prompt"),
+            Spec::Switch("help"),
+        ];
         let a = Args::parse(&os(&["-n", "3", "dir", "-p", "hi", "-h"]), &specs).unwrap();
         assert_eq!(a.positional, os(&["dir"]));
         assert_eq!(a.value("gen").unwrap().as_deref(), Some("3"));

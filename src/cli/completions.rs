@@ -55,7 +55,11 @@ pub fn bash() -> String {
         }
     }
     let run = &cmds[0].1;
-    let _ = writeln!(s, "        *) flags=\"{} --version --list-presets\" ;;", run.join(" "));
+    let _ = writeln!(
+        s,
+        "        *) flags=\"{} --version --list-presets\" ;;",
+        run.join(" ")
+    );
     let names: Vec<&str> = cmds.iter().map(|c| c.0).collect();
     let _ = write!(
         s,
@@ -112,14 +116,13 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         return Ok(());
     };
     let shell = args.positional.first().map(|s| s.to_string_lossy());
-    let script = match (shell.as_deref(), args.positional.len()) {
-        (Some("bash"), 1) => bash(),
-        (Some("zsh"), 1) => zsh(),
-        _ => {
-            return Err(Error::invalid(
+    let script =
+        match (shell.as_deref(), args.positional.len()) {
+            (Some("bash"), 1) => bash(),
+            (Some("zsh"), 1) => zsh(),
+            _ => return Err(Error::invalid(
                 "completions: expected one shell, `bash` or `zsh` (usage: k3 completions bash|zsh)",
-            ))
-        }
-    };
+            )),
+        };
     crate::cli::write_stdout(script.as_bytes())
 }

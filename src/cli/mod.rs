@@ -114,7 +114,9 @@ fn help(args: &[OsString]) -> Result<()> {
             crate::out!("{USAGE}");
             Ok(())
         }
-        c if SUBCOMMANDS.contains(&c) => dispatch([OsString::from(c)].into_iter().chain(h).collect()),
+        c if SUBCOMMANDS.contains(&c) => {
+            dispatch([OsString::from(c)].into_iter().chain(h).collect())
+        }
         c => Err(Error::invalid(format!(
             "help: unknown command `{c}` (commands: {})",
             SUBCOMMANDS.join(", ")

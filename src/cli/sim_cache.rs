@@ -25,7 +25,7 @@ pub const DEFAULT_CAPACITIES_GB: &[&str] = &["8", "16", "32", "64", "128"];
 const USAGE: &str = "\
 usage: k3 sim-cache <trace.bin> [--policy NAME]... [--capacity-gb X]... [--slots N]...
                     [--model DIR | --expert-bytes N] [--tsv PATH]
-  Replays an expert trace (FORMATS.md §8) under each policy and capacity, next to Belady's
+  Replays an expert trace (docs/formats.md) under each policy and capacity, next to Belady's
   optimum and the compulsory-miss ceiling. A full-recompute trace is also replayed as the
   incremental-decode trace derived from it; the best policy on that one is named.
   --policy NAME      repeatable; default: every policy (lru, fifo, sieve, s3-fifo, arc, 2q,
@@ -60,9 +60,9 @@ fn expert_bytes(args: &Args) -> Result<u64> {
             ))
         }
         (Some(n), None) => n,
-        (None, Some(dir)) => {
-            crate::catalogue::expert_bytes(&crate::config::Config::from_file(&dir.join("config.json"))?)
-        }
+        (None, Some(dir)) => crate::catalogue::expert_bytes(&crate::config::Config::from_file(
+            &dir.join("config.json"),
+        )?),
         (None, None) => K3_EXPERT_BYTES,
     };
     Ok(bytes)

@@ -50,7 +50,11 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     };
     let dir = match args.positional.as_slice() {
         [d] => PathBuf::from(d),
-        [] => return Err(Error::invalid("verify: missing <model_dir> (see k3 verify -h)")),
+        [] => {
+            return Err(Error::invalid(
+                "verify: missing <model_dir> (see k3 verify -h)",
+            ))
+        }
         more => {
             return Err(Error::invalid(format!(
                 "verify: expected one <model_dir>, got {} arguments (see k3 verify -h)",
@@ -158,12 +162,16 @@ fn index_total_size(dir: &Path) -> Result<Option<u64>> {
     let v = crate::json::parse(&bytes).map_err(|e| e.into_error(path.display(), 0))?;
     match v.get("metadata").and_then(|m| m.get("total_size")) {
         None => Ok(None),
-        Some(t) => t.as_number().and_then(|n| n.as_u64()).map(Some).ok_or_else(|| {
-            Error::invalid(format!(
-                "{}: metadata.total_size: expected a non-negative integer",
-                path.display()
-            ))
-        }),
+        Some(t) => t
+            .as_number()
+            .and_then(|n| n.as_u64())
+            .map(Some)
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "{}: metadata.total_size: expected a non-negative integer",
+                    path.display()
+                ))
+            }),
     }
 }
 
@@ -202,10 +210,7 @@ pub fn parse_sums_text(label: &str, text: &str) -> Result<Vec<SumEntry>> {
             .strip_prefix("  ")
             .or_else(|| rest.strip_prefix(" *"))
             .ok_or_else(|| bad("no two-character separator after the digest"))?;
-        if name.is_empty()
-            || name.starts_with('/')
-            || name.split('/').any(|c| c == "..")
-        {
+        if name.is_empty() || name.starts_with('/') || name.split('/').any(|c| c == "..") {
             return Err(bad(&format!(
                 "file name `{name}` is empty or leaves the model directory"
             )));
@@ -223,7 +228,10 @@ pub fn parse_sums_text(label: &str, text: &str) -> Result<Vec<SumEntry>> {
 
 fn parse_sums(list: &Path) -> Result<Vec<SumEntry>> {
     let text = std::fs::read_to_string(list).map_err(|e| {
-        Error::invalid(format!("flag `--sums {}`: cannot read: {e}", list.display()))
+        Error::invalid(format!(
+            "flag `--sums {}`: cannot read: {e}",
+            list.display()
+        ))
     })?;
     parse_sums_text(&list.display().to_string(), &text)
 }
@@ -360,12 +368,20 @@ mod tests {
     #[test]
     fn sums_lines_text_and_binary_mode() {
         let h = "a".repeat(64);
-        let t = format!("{h}  model.safetensors\n# c\n\n{} *config.json\n", "B".repeat(64));
+        let t = format!(
+            "{h}  model.safetensors\n# c\n\n{} *config.json\n",
+            "B".repeat(64)
+        );
         let v = parse_sums_text("l", &t).unwrap();
         assert_eq!(v[0].name, "model.safetensors");
         assert_eq!(v[1].hex, "b".repeat(64));
         assert_eq!(v[1].name, "config.json");
-        for bad in ["zz  x", &format!("{h}  ../x"), &format!("{h}  /etc/x"), &format!("{h} x")] {
+        for bad in [
+            "zz  x",
+            &format!("{h}  ../x"),
+            &format!("{h}  /etc/x"),
+            &format!("{h} x"),
+        ] {
             let e = parse_sums_text("l", bad).unwrap_err();
             assert!(e.message.starts_with("l: line 1:"), "{}", e.message);
         }
