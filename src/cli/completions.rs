@@ -126,3 +126,12 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         };
     crate::cli::write_stdout(script.as_bytes())
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn completes_exactly_the_subcommands_k3_help_knows() {
+        let names: Vec<&str> = super::command_flags().iter().map(|c| c.0).collect();
+        assert_eq!(names, crate::cli::SUBCOMMANDS);
+    }
+}

@@ -134,10 +134,16 @@ fn help(args: &[OsString]) -> Result<()> {
 pub(crate) fn write_stdout(bytes: &[u8]) -> Result<()> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
-    out.write_all(bytes).and_then(|_| out.flush()).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::BrokenPipe {
-            STDOUT_CLOSED.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-        Error::io(format!("standard output: {e}"))
-    })
+    out.write_all(bytes)
+        .and_then(|_| out.flush())
+        .map_err(stdout_error)
+}
+
+/// The error of a failed write to standard output (see [`write_stdout`]): exit 4, except that
+/// a closed pipe makes the process end quietly with exit 0.
+pub(crate) fn stdout_error(e: std::io::Error) -> Error {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        STDOUT_CLOSED.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    Error::io(format!("standard output: {e}"))
 }

@@ -279,7 +279,7 @@ impl<'a, W: std::io::Write> TextPrinter<'a, W> {
         self.out
             .write_all(text.as_bytes())
             .and_then(|_| self.out.flush())
-            .map_err(|e| Error::io(format!("standard output: {e}")))
+            .map_err(crate::cli::stdout_error)
     }
 }
 

@@ -343,22 +343,26 @@ fn hash_file(path: &Path, nth: usize, of: usize) -> Result<([u8; 32], u64)> {
         }
     }
     crate::sayln!(
-        "{}[{nth}/{of}] {}: {len} bytes ({})",
+        "{}[{nth}/{of}] {}: {len} bytes, {}",
         if live { "\r" } else { "" },
         path.display(),
-        throughput(len, start.elapsed().as_secs_f64())
+        rate(len, start.elapsed().as_secs_f64())
     );
     Ok((h.finish(), len))
 }
 
-/// `N.NN GB in S s, R MB/s` (decimal units).
-fn throughput(bytes: u64, secs: f64) -> String {
-    let rate = if secs > 0.0 {
+/// `R MB/s` (decimal), or `-` for no measurable time.
+fn rate(bytes: u64, secs: f64) -> String {
+    if secs > 0.0 {
         format!("{:.0} MB/s", bytes as f64 / secs / 1e6)
     } else {
         "-".into()
-    };
-    format!("{:.3} GB in {secs:.1} s, {rate}", bytes as f64 / 1e9)
+    }
+}
+
+/// `N.NNN GB in S s, R MB/s` (decimal units).
+fn throughput(bytes: u64, secs: f64) -> String {
+    format!("{:.3} GB in {secs:.1} s, {}", bytes as f64 / 1e9, rate(bytes, secs))
 }
 
 #[cfg(test)]
