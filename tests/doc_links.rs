@@ -171,3 +171,41 @@ fn the_link_scanner_sees_links_and_skips_code() {
         "session-state-file-planned"
     );
 }
+
+mod support;
+
+/// The README's "Set up" shows the tiny model's text and logits hash as every build prints
+/// them; a stale copy would tell a user their good build is broken.
+#[test]
+fn readme_shows_what_the_tiny_model_prints() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let out = support::run_k3([
+        support::fixture("tiny-k3-text").to_str().unwrap(),
+        "--prompt",
+        "The capital of France is",
+        "--gen",
+        "16",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        readme.contains(&format!("```\n{text}```\n")),
+        "README lacks the text {text:?}"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    let hash = err
+        .lines()
+        .find(|l| l.starts_with("logits hash: "))
+        .expect("no logits hash line");
+    let hex = hash["logits hash: ".len()..]
+        .get(..16)
+        .expect("a 16-digit hash");
+    assert!(
+        readme.contains(&format!("logits hash: {hex}")),
+        "README lacks {hash:?}"
+    );
+}

@@ -362,7 +362,11 @@ fn rate(bytes: u64, secs: f64) -> String {
 
 /// `N.NNN GB in S s, R MB/s` (decimal units).
 fn throughput(bytes: u64, secs: f64) -> String {
-    format!("{:.3} GB in {secs:.1} s, {}", bytes as f64 / 1e9, rate(bytes, secs))
+    format!(
+        "{:.3} GB in {secs:.1} s, {}",
+        bytes as f64 / 1e9,
+        rate(bytes, secs)
+    )
 }
 
 #[cfg(test)]
