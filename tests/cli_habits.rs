@@ -8,16 +8,8 @@ use std::io::{Read as _, Write as _};
 use std::process::Stdio;
 use support::{fixture, k3_command, run_k3, scratch_dir};
 
-const COMMANDS: &[&str] = &[
-    "run",
-    "verify",
-    "inspect",
-    "tokenize",
-    "detokenize",
-    "pack-trunk",
-    "sim-cache",
-    "completions",
-];
+/// Every subcommand but `help` itself.
+const COMMANDS: &[&str] = k3::cli::SUBCOMMANDS.split_last().unwrap().1;
 
 fn k3(args: &[&str]) -> (i32, Vec<u8>, String) {
     let out = run_k3(args);

@@ -175,6 +175,21 @@ impl Args {
         }
     }
 
+    /// The one positional argument of `cmd` (`inspect`, `verify`): its model directory.
+    /// Errors (exit 2): none or several, naming `cmd` and ending with `(hint)`.
+    pub fn model_dir(&self, cmd: &str, hint: &str) -> Result<std::path::PathBuf> {
+        match self.positional.as_slice() {
+            [d] => Ok(std::path::PathBuf::from(d)),
+            [] => Err(Error::invalid(format!(
+                "{cmd}: missing <model_dir> ({hint})"
+            ))),
+            more => Err(Error::invalid(format!(
+                "{cmd}: expected one <model_dir>, got {} arguments ({hint})",
+                more.len()
+            ))),
+        }
+    }
+
     /// Which of the given flags appeared (for "exactly one of" checks).
     pub fn present<'a>(&self, names: &[&'a str]) -> Vec<&'a str> {
         names
