@@ -183,3 +183,19 @@ fn bad_sums_lists_and_flag_combinations_are_usage_errors() {
     assert_eq!(code, 0);
     assert!(out.starts_with("usage: k3 verify"), "{out}");
 }
+
+/// A list written into the model directory itself leaves out itself and its temporary, so
+/// checking the directory against it later passes.
+#[test]
+fn write_sums_inside_the_model_dir_skips_itself() {
+    let dir = copy_checkpoint("tiny-k3", "verify_inside");
+    let list = dir.join("SHA256SUMS");
+    let (code, _, err) = k3(&["verify", s(&dir), "--write-sums", s(&list)]);
+    assert_eq!(code, 0, "{err}");
+    let written = std::fs::read_to_string(&list).unwrap();
+    assert_eq!(written.lines().count(), 9, "{written}");
+    assert!(!written.contains("SHA256SUMS"), "{written}");
+    let (code, out, err) = k3(&["verify", s(&dir), "--sums", s(&list)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("sha256: 9 files match"), "{out}");
+}
