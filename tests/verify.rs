@@ -199,3 +199,23 @@ fn write_sums_inside_the_model_dir_skips_itself() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("sha256: 9 files match"), "{out}");
 }
+
+/// `metadata.total_size` is informational: a difference is a warning naming both figures.
+#[test]
+fn a_total_size_other_than_the_tensor_bytes_is_a_warning() {
+    let dir = copy_checkpoint("tiny-k3", "verify_total");
+    let p = dir.join("model.safetensors.index.json");
+    let t = std::fs::read_to_string(&p).unwrap();
+    assert!(t.contains("\"total_size\": 3760928"));
+    std::fs::write(
+        &p,
+        t.replace("\"total_size\": 3760928", "\"total_size\": 3760929"),
+    )
+    .unwrap();
+    let (code, out, err) = k3(&["verify", s(&dir)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("metadata.total_size is 3760929 bytes but the shards' tensors hold 3760928"),
+        "{out}"
+    );
+}
