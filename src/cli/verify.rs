@@ -313,6 +313,9 @@ fn write_sums(dir: &Path, files: &[String]) -> Result<(String, String)> {
     Ok((body, summary))
 }
 
+/// A file's SHA-256 and its size in bytes.
+type Hashed = ([u8; 32], u64);
+
 /// SHA-256 and size of every file of `paths`, several files at once (one per core, at most
 /// [`MAX_WORKERS`]: hashing runs at a few hundred MB/s per core, slower than a fast disk). `ok`
 /// judges each digest as it lands; after the first it refuses, no new file is started (the
@@ -320,7 +323,7 @@ fn write_sums(dir: &Path, files: &[String]) -> Result<(String, String)> {
 fn hash_files(
     paths: &[PathBuf],
     ok: impl Fn(usize, &[u8; 32]) -> bool + Sync,
-) -> Result<Vec<([u8; 32], u64)>> {
+) -> Result<Vec<Hashed>> {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Mutex;
     let workers = std::thread::available_parallelism()
@@ -330,7 +333,7 @@ fn hash_files(
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
-    let results: Mutex<Vec<Option<Result<([u8; 32], u64)>>>> = Mutex::new(vec![None; paths.len()]);
+    let results: Mutex<Vec<Option<Result<Hashed>>>> = Mutex::new(vec![None; paths.len()]);
     std::thread::scope(|sc| {
         for _ in 0..workers {
             sc.spawn(|| loop {
@@ -372,7 +375,7 @@ fn hash_files(
 
 /// SHA-256 of one file and its size, read in [`CHUNK`]-byte positioned reads that do not stay
 /// in the page cache.
-fn hash_file(path: &Path) -> Result<([u8; 32], u64)> {
+fn hash_file(path: &Path) -> Result<Hashed> {
     let f = IoFile::open(path)?;
     let len = f.len_at_open();
     let mut buf = vec![0u8; CHUNK.min(len as usize).max(1)];
