@@ -176,6 +176,23 @@ fn completions_parse_and_name_every_subcommand_and_flag() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // And it completes: a subcommand, a subcommand's flag, a run flag after a directory.
+    let script = format!(
+        "source {}; for w in 'k3 ver' 'k3 verify --w' 'k3 dir --prompt-' 'k3 help si'; do \
+         COMP_WORDS=($w); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); _k3; echo \"${{COMPREPLY[*]}}\"; done",
+        f.display()
+    );
+    let o = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "verify\n--write-sums\n--prompt-file\nsim-cache\n",
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let (code, zsh, _) = k3(&["completions", "zsh"]);
     assert_eq!(code, 0);
     let zsh = String::from_utf8(zsh).unwrap();
