@@ -84,6 +84,8 @@ fn help_on_every_command_short_long_and_k3_help() {
     assert_eq!(code, 0);
     assert_eq!(k3(&["-h"]).1, top);
     assert_eq!(k3(&["help"]).1, top);
+    assert_eq!(k3(&["help", "-h"]).1, top);
+    assert_eq!(k3(&["help", "help"]).1, top);
     let top = String::from_utf8(top).unwrap();
     for f in [
         "-p, --prompt",

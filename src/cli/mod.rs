@@ -110,7 +110,7 @@ fn help(args: &[OsString]) -> Result<()> {
     let cmd = cmd.to_string_lossy();
     let h = [OsString::from("--help")];
     match cmd.as_ref() {
-        "help" => {
+        "help" | "-h" | "--help" => {
             crate::out!("{USAGE}");
             Ok(())
         }
