@@ -147,22 +147,44 @@ fn a_truncated_shard_is_caught_without_sums() {
 }
 
 #[test]
-fn a_missing_shard_or_listed_file_is_named_once() {
+fn a_missing_shard_is_named_once_and_an_unneeded_one_only_noted() {
     let dir = copy_checkpoint("tiny-k3", "verify_missing");
-    let list = scratch_dir("verify_missing_out").join("SHA256SUMS");
-    std::fs::write(&list, sha2_list(&dir)).unwrap();
     std::fs::remove_file(dir.join(SHARD3)).unwrap();
     let (code, _, err) = k3(&["verify", s(&dir)]);
     assert_eq!(code, 2, "{err}");
     assert!(
-        err.contains(&format!("not present (first: {SHARD3}); download it")),
+        err.contains(&format!(
+            "shard {SHARD3} is not present (the index file maps 228 required tensors to it"
+        )),
         "{err}"
     );
     assert_eq!(err.lines().count(), 1, "{err}");
-    // inspect (the census) names the shard once and counts its tensors.
-    let (code, _, err) = k3(&["inspect", s(&dir)]);
-    assert_eq!(code, 2, "{err}");
     assert_eq!(err.matches(SHARD3).count(), 1, "{err}");
+    // Shard 7 holds only vision tensors, which k3 does not use.
+    let dir = copy_checkpoint("tiny-k3", "verify_missing_vision");
+    std::fs::remove_file(dir.join("model-00007-of-00007.safetensors")).unwrap();
+    let (code, out, err) = k3(&["verify", s(&dir)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("note: 1 shard listed in model.safetensors.index.json is not present (model-00007-of-00007.safetensors); it holds no tensor k3 needs"),
+        "{out}"
+    );
+}
+
+/// A file the sums list names but the directory lacks is named, with what to do.
+#[test]
+fn a_listed_file_that_is_missing_is_named() {
+    let dir = copy_checkpoint("tiny-k3", "verify_listed_missing");
+    let list = scratch_dir("verify_listed_missing_out").join("SHA256SUMS");
+    std::fs::write(&list, sha2_list(&dir)).unwrap();
+    std::fs::remove_file(dir.join("model-00007-of-00007.safetensors")).unwrap();
+    let (code, _, err) = k3(&["verify", s(&dir), "--sums", s(&list)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("model-00007-of-00007.safetensors: listed in")
+            && err.contains("download this file"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -2,8 +2,8 @@
 //! downloaded checkpoint.
 //!
 //! Always: the config, every shard's header and bounds and the tensor census (what `k3 inspect`
-//! checks: a truncated or padded shard fails its header's tiling check), every shard the index
-//! file lists is present; a tensor byte total other than the index's `metadata.total_size` is
+//! checks: a truncated or padded shard fails its header's tiling check; an absent shard that
+//! holds a needed tensor is named once); a tensor byte total other than the index's `metadata.total_size` is
 //! a warning (the field is informational).
 //! With `--sums`: each listed file's SHA-256, streamed in 8 MiB reads through the I/O layer,
 //! against a `sha256sum`-format list; the first mismatch stops with the file's name.
@@ -31,8 +31,8 @@ pub(crate) const SPECS: [Spec; 2] = [Spec::Value("sums"), Spec::Value("write-sum
 const USAGE: &str = "\
 usage: k3 verify <model_dir> [--sums FILE | --write-sums FILE]
   Checks a downloaded checkpoint: the config, every shard's header and bounds, the tensor
-  census, that every shard the index lists is present, and the tensor bytes against the
-  index's total_size. Exit 0 when all is well, 2 naming the damaged or missing file.
+  census (a missing shard that holds a needed tensor is named), and the tensor bytes against
+  the index's total_size. Exit 0 when all is well, 2 naming the damaged or missing file.
   Without --sums a byte flipped inside a tensor cannot be detected: give the checksums.
   --sums FILE        a sha256sum-format list (`<64 hex digits>  <file name>` per line); each
                      listed file's SHA-256 is computed and compared (progress on stderr)
@@ -107,16 +107,6 @@ fn structure(dir: &Path) -> Result<String> {
         .filter(|s| !s.present)
         .map(|s| s.file_name.as_str())
         .collect();
-    if let Some(first) = absent.first() {
-        return Err(Error::invalid(format!(
-            "{}: {} shard{} listed in {INDEX_FILE} {} not present (first: {first}); download {}",
-            dir.display(),
-            absent.len(),
-            if absent.len() == 1 { "" } else { "s" },
-            if absent.len() == 1 { "is" } else { "are" },
-            if absent.len() == 1 { "it" } else { "them" }
-        )));
-    }
     let mut tensor_bytes = 0u64;
     index.for_each(|_, _, t| tensor_bytes += t.nbytes);
     // `total_size` is informational (written by the exporter, not checked on load): a
@@ -131,7 +121,27 @@ fn structure(dir: &Path) -> Result<String> {
             );
         }
     }
+    // An absent shard holding a needed tensor is named (once) by the census; one holding
+    // none (the vision tower) is only noted.
     Census::run(&cfg, &index).check(&dir.display().to_string())?;
+    if !absent.is_empty() {
+        let _ = writeln!(
+            text,
+            "note: {} listed in {INDEX_FILE} {} not present ({}); {} no tensor k3 needs",
+            if absent.len() == 1 {
+                "1 shard"
+            } else {
+                "shards"
+            },
+            if absent.len() == 1 { "is" } else { "are" },
+            absent.join(", "),
+            if absent.len() == 1 {
+                "it holds"
+            } else {
+                "they hold"
+            }
+        );
+    }
     let file_bytes: u64 = index.shards().iter().map(|s| s.file_size).sum();
     let _ = writeln!(
         text,
