@@ -49,6 +49,7 @@ pub mod census;
 pub mod checkpoint;
 pub mod cli;
 pub mod config;
+pub mod digest;
 pub mod error;
 pub mod fnv;
 pub mod io;

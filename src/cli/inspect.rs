@@ -15,9 +15,8 @@ use crate::fnv::hex;
 use crate::json::{Object, Value};
 use std::ffi::OsString;
 use std::fmt::Write as _;
-use std::path::PathBuf;
 
-const SPECS: [Spec; 1] = [Spec::Switch("json")];
+pub(crate) const SPECS: [Spec; 1] = [Spec::Switch("json")];
 
 const USAGE: &str = "\
 usage: k3 inspect <model_dir> [--json]
@@ -32,20 +31,7 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     let Some(args) = Args::parse_or_help(argv, &SPECS, USAGE)? else {
         return Ok(());
     };
-    let dir = match args.positional.as_slice() {
-        [d] => PathBuf::from(d),
-        [] => {
-            return Err(Error::invalid(
-                "inspect: missing <model_dir> (usage: k3 inspect <model_dir> [--json])",
-            ))
-        }
-        more => {
-            return Err(Error::invalid(format!(
-                "inspect: expected one <model_dir>, got {} arguments (usage: k3 inspect <model_dir> [--json])",
-                more.len()
-            )))
-        }
-    };
+    let dir = args.model_dir("inspect", "usage: k3 inspect <model_dir> [--json]")?;
     if !dir.is_dir() {
         return Err(Error::invalid(format!(
             "{}: not a directory (usage: k3 inspect <model_dir> [--json])",

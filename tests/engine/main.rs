@@ -12,6 +12,7 @@
 mod checkpoint;
 mod cli;
 mod config;
+mod docs;
 mod io;
 mod json;
 mod model;

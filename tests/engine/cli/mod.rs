@@ -5,4 +5,6 @@ mod help;
 mod inspect;
 mod output;
 mod output_names;
+mod habits;
 mod run;
+mod verify;
