@@ -16,7 +16,8 @@
 //! * an open-addressed table of u32 entry indices (load ≤ 1/2), keyed by a hash that mixes
 //!   every byte of the full name (8 bytes per multiply-rotate step, then an avalanche).
 //!
-//! About 44 bytes per tensor including names at the released scale (see `tests/checkpoint.rs`).
+//! About 44 bytes per tensor including names at the released scale (see
+//! `tests/engine/checkpoint/`).
 
 use crate::error::{Error, Result};
 use crate::fnv::{fnv1a64, fnv1a64_continue, FNV_OFFSET};
