@@ -412,6 +412,16 @@ mod tests {
             .map(|n| sample(&z, &st(1.0, 0, 1.0, 0.3, 1), n).unwrap())
             .collect();
         assert!(ids.contains(&0) && ids.contains(&1));
+        // w_i == M exactly is kept (only w_i < M is dropped).
+        let ids: Vec<_> = (0..64)
+            .map(|n| sample(&z, &st(1.0, 0, 1.0, w1, 1), n).unwrap())
+            .collect();
+        assert!(ids.contains(&0) && ids.contains(&1));
+        // top-p with t = P × W exactly reached by the first sum: P = 1/W' keeps one.
+        let p = 1.0 / wsum;
+        if p * wsum <= 1.0 {
+            assert!((0..64).all(|n| sample(&z, &st(1.0, 0, p, 0.0, 2), n) == Some(1)));
+        }
     }
 
     #[test]
