@@ -45,9 +45,21 @@ fn settings(h: u64, mask: u64, v: usize) -> SamplerSettings {
     let ks = [1, 2, 5, v as u64, v as u64 + 10, 40];
     SamplerSettings {
         temperature: TEMPS[pick(1, TEMPS.len())],
-        top_k: if mask & 1 != 0 { ks[pick(2, ks.len())] } else { 0 },
-        top_p: if mask & 2 != 0 { TOP_P[pick(3, TOP_P.len())] } else { 1.0 },
-        min_p: if mask & 4 != 0 { MIN_P[pick(4, MIN_P.len())] } else { 0.0 },
+        top_k: if mask & 1 != 0 {
+            ks[pick(2, ks.len())]
+        } else {
+            0
+        },
+        top_p: if mask & 2 != 0 {
+            TOP_P[pick(3, TOP_P.len())]
+        } else {
+            1.0
+        },
+        min_p: if mask & 4 != 0 {
+            MIN_P[pick(4, MIN_P.len())]
+        } else {
+            0.0
+        },
         seed: splitmix64(h, 5),
     }
 }
@@ -104,7 +116,14 @@ fn check(cases: &[Case]) {
     let mut sm = Sampler::new();
     for (i, (c, &w)) in cases.iter().zip(&want).enumerate() {
         let got = sm.choose(&c.z, &c.s, c.n).unwrap();
-        assert_eq!(got, w, "case {i}: V = {}, settings {:?}, n = {}", c.z.len(), c.s, c.n);
+        assert_eq!(
+            got,
+            w,
+            "case {i}: V = {}, settings {:?}, n = {}",
+            c.z.len(),
+            c.s,
+            c.n
+        );
     }
 }
 
@@ -134,10 +153,9 @@ fn agrees_with_independent_implementation_on_random_logits() {
 
 #[test]
 fn agrees_with_independent_implementation_on_tiny_model_logits() {
-    let exp: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(fixture("tiny-k3").join("expected.json")).unwrap(),
-    )
-    .unwrap();
+    let exp: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixture("tiny-k3").join("expected.json")).unwrap())
+            .unwrap();
     let ids: Vec<String> = exp["prompt_ids"]
         .as_array()
         .unwrap()

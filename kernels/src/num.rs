@@ -371,6 +371,9 @@ mod tests {
         }
         // The series' own rounding (s, q, 2s·q) costs up to a few ulps of a result near 0,
         // away from 1 the e·ln2 term dominates and the result is within an ulp or so.
-        assert!(worst >= 1, "the sweep should see at least one rounding difference");
+        assert!(
+            worst >= 1,
+            "the sweep should see at least one rounding difference"
+        );
     }
 }

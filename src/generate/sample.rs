@@ -296,8 +296,11 @@ impl Sampler {
     fn weights(&mut self, z: &[f32], t: f64) {
         let z0 = z[self.cand[0] as usize] as f64;
         self.w.clear();
-        self.w
-            .extend(self.cand.iter().map(|&i| exp64((z[i as usize] as f64 - z0) / t)));
+        self.w.extend(
+            self.cand
+                .iter()
+                .map(|&i| exp64((z[i as usize] as f64 - z0) / t)),
+        );
     }
 
     /// Step 5: `kept` = indices into `cand` after top-p (the shortest prefix reaching P × W)
@@ -445,7 +448,10 @@ mod tests {
         let z = [1.0f32, 1.5, 1.25];
         for n in 0..50 {
             assert_eq!(sample(&z, &st(1e-300, 0, 1.0, 0.0, n), n), Some(1));
-            assert_eq!(sample(&z, &st(f64::MIN_POSITIVE / 4.0, 0, 1.0, 0.0, n), n), Some(1));
+            assert_eq!(
+                sample(&z, &st(f64::MIN_POSITIVE / 4.0, 0, 1.0, 0.0, n), n),
+                Some(1)
+            );
         }
         // T = 1e300: every w_i rounds to 1 (the differences vanish), order 1, 2, 0.
         for n in 0..50 {
@@ -529,7 +535,8 @@ mod tests {
             let e = parse_flag(&mut s, set, text).unwrap_err();
             assert_eq!(e.exit_code(), 2);
             assert!(
-                e.message.starts_with(&format!("flag `{} {text}`: expected ", set.flag())),
+                e.message
+                    .starts_with(&format!("flag `{} {text}`: expected ", set.flag())),
                 "{}",
                 e.message
             );
@@ -540,8 +547,14 @@ mod tests {
     #[test]
     fn validation_names_the_key() {
         assert!(SamplerSettings::greedy().validate("x").is_ok());
-        let e = st(f64::INFINITY, 0, 1.0, 0.0, 0).validate("s.state: sampler").unwrap_err();
-        assert!(e.message.starts_with("s.state: sampler: temperature: "), "{}", e.message);
+        let e = st(f64::INFINITY, 0, 1.0, 0.0, 0)
+            .validate("s.state: sampler")
+            .unwrap_err();
+        assert!(
+            e.message.starts_with("s.state: sampler: temperature: "),
+            "{}",
+            e.message
+        );
         let e = st(1.0, 0, 0.0, 0.0, 0).validate("l").unwrap_err();
         assert!(e.message.starts_with("l: top_p: "), "{}", e.message);
         let e = st(1.0, 0, 1.0, 1.0, 0).validate("l").unwrap_err();
