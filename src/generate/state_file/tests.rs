@@ -344,3 +344,33 @@ fn identity_from_the_tiny_config() {
     let b = to_bytes(&id, &st).unwrap();
     assert_eq!(parse(&b, "t", &id).unwrap(), st);
 }
+
+#[test]
+fn fuzz_seed_written_independently_loads_and_writes_back() {
+    // fuzz/seeds/state_file/one-position.state was written by a Python script from the
+    // FORMATS.md §9.2 table (not by this writer), for the fuzz target's model shape.
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/seeds/state_file/one-position.state");
+    let b = std::fs::read(p).unwrap();
+    let id = StateIdentity {
+        canonical: "a=1;".into(),
+        weights_tag: 7,
+        n_layers: 2,
+        n_kda: 1,
+        n_mla: 1,
+        hk: 1,
+        dk: 2,
+        kc: 2,
+        mla_row: 2,
+        vocab_size: 16,
+    };
+    let st = parse(&b, "seed", &id).unwrap();
+    assert_eq!((st.ids.clone(), st.pending, st.generated), (vec![3], 5, 1));
+    assert_eq!(st.kda[0].s, [0.5, -0.0, 1.5, 2.0]);
+    assert_eq!(st.kda[0].s[1].to_bits(), 0x8000_0000);
+    assert_eq!(st.kda[0].conv, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    assert_eq!(st.mla[0], [-1.0, 0.25]);
+    assert_eq!(st.sampler.seed, 12345);
+    assert_eq!(st.logits_hash, FNV_OFFSET);
+    assert_eq!(to_bytes(&id, &st).unwrap(), b);
+}
