@@ -298,7 +298,8 @@ fn refuses_id_outside_the_vocabulary() {
 #[test]
 fn refuses_sampler_settings_out_of_range() {
     let id = ident();
-    let cases: [(fn(&mut SamplerSettings), &str); 4] = [
+    type Edit = fn(&mut SamplerSettings);
+    let cases: [(Edit, &str); 4] = [
         (|s| s.temperature = -1.0, "temperature"),
         (|s| s.temperature = f64::INFINITY, "temperature"),
         (|s| s.top_p = 0.0, "top_p"),
