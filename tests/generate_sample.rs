@@ -1,5 +1,5 @@
-//! The sampler (ENGINE.md §8) against an independent implementation written from the spec
-//! text (tests/generate_sample_ref.py, run when python3 is present), on random logits vectors
+//! The sampler (ENGINE.md §8) against independent implementations written from the spec
+//! text (tests/generate_sample_ref.py, run when python3 is present, and a plain one here), on random logits vectors
 //! with ties, −0, huge and tiny temperatures and every on/off combination of top-k, top-p and
 //! min-p, and on logits dumped from the tiny model.
 
