@@ -125,14 +125,9 @@ pub fn parse_seed(text: &str) -> std::result::Result<u64, String> {
 ///
 /// Errors (exit 2): `flag `--top-p 1.5`: expected a number in (0, 1] (1 is off), found `1.5``.
 pub fn parse_flag(settings: &mut SamplerSettings, s: Setting, text: &str) -> Result<()> {
-    let named = |why: String| Error::invalid(format!("flag `{} {text}`: {why}", s.flag()));
-    match s {
-        Setting::Temperature => settings.temperature = parse_f64_setting(s, text).map_err(named)?,
-        Setting::TopP => settings.top_p = parse_f64_setting(s, text).map_err(named)?,
-        Setting::MinP => settings.min_p = parse_f64_setting(s, text).map_err(named)?,
-        Setting::TopK => settings.top_k = parse_top_k(text).map_err(named)?,
-        Setting::Seed => settings.seed = parse_seed(text).map_err(named)?,
-    }
+    let mut o = SamplerOverrides::default();
+    o.set_flag(s, text)?;
+    *settings = o.apply(settings).0;
     Ok(())
 }
 
@@ -194,6 +189,83 @@ impl SamplerSettings {
                 refusal(s, &v)
             ))),
         }
+    }
+}
+
+/// Sampling settings a run gave explicitly (flags or a batch line's keys), applied over other
+/// settings: `run`'s defaults, or a loaded state's stored ones (FORMATS.md §9.3: each setting
+/// the run gives replaces the stored one, the others stay).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SamplerOverrides {
+    /// `--temperature`, if given.
+    pub temperature: Option<f64>,
+    /// `--top-k`, if given.
+    pub top_k: Option<u64>,
+    /// `--top-p`, if given.
+    pub top_p: Option<f64>,
+    /// `--min-p`, if given.
+    pub min_p: Option<f64>,
+    /// `--seed`, if given (already modulo 2⁶⁴).
+    pub seed: Option<u64>,
+}
+
+impl SamplerOverrides {
+    /// Parses the text of flag `s` and records it (a later flag overrides an earlier one).
+    ///
+    /// Errors (exit 2): as [`parse_flag`], naming the flag.
+    pub fn set_flag(&mut self, s: Setting, text: &str) -> Result<()> {
+        let named = |why: String| Error::invalid(format!("flag `{} {text}`: {why}", s.flag()));
+        match s {
+            Setting::Temperature => {
+                self.temperature = Some(parse_f64_setting(s, text).map_err(named)?)
+            }
+            Setting::TopP => self.top_p = Some(parse_f64_setting(s, text).map_err(named)?),
+            Setting::MinP => self.min_p = Some(parse_f64_setting(s, text).map_err(named)?),
+            Setting::TopK => self.top_k = Some(parse_top_k(text).map_err(named)?),
+            Setting::Seed => self.seed = Some(parse_seed(text).map_err(named)?),
+        }
+        Ok(())
+    }
+
+    /// `base` with every given setting replaced, and the settings whose value changed (the
+    /// report's `state.sampler_changed`), in [`Setting::ALL`] order.
+    pub fn apply(&self, base: &SamplerSettings) -> (SamplerSettings, Vec<Setting>) {
+        let mut out = *base;
+        let mut changed = Vec::new();
+        for s in Setting::ALL {
+            let differs = match s {
+                Setting::Temperature => replace_f64(&mut out.temperature, self.temperature),
+                Setting::TopP => replace_f64(&mut out.top_p, self.top_p),
+                Setting::MinP => replace_f64(&mut out.min_p, self.min_p),
+                Setting::TopK => replace(&mut out.top_k, self.top_k),
+                Setting::Seed => replace(&mut out.seed, self.seed),
+            };
+            if differs {
+                changed.push(s);
+            }
+        }
+        (out, changed)
+    }
+}
+
+/// Sets `*slot` to `v` when given; true when the bits changed.
+fn replace_f64(slot: &mut f64, v: Option<f64>) -> bool {
+    match v {
+        Some(v) if v.to_bits() != slot.to_bits() => {
+            *slot = v;
+            true
+        }
+        _ => false,
+    }
+}
+
+fn replace(slot: &mut u64, v: Option<u64>) -> bool {
+    match v {
+        Some(v) if v != *slot => {
+            *slot = v;
+            true
+        }
+        _ => false,
     }
 }
 
@@ -565,5 +637,21 @@ mod tests {
     fn os_seeds_differ() {
         // 2⁻⁶⁴ chance of a false failure.
         assert_ne!(os_seed().unwrap(), os_seed().unwrap());
+    }
+
+    #[test]
+    fn overrides_replace_given_settings_and_list_changes() {
+        let stored = st(0.7, 40, 0.9, 0.0, 11);
+        let mut o = SamplerOverrides::default();
+        assert_eq!(o.apply(&stored), (stored, vec![]));
+        o.set_flag(Setting::TopK, "40").unwrap(); // same value: not a change
+        o.set_flag(Setting::MinP, "0.1").unwrap();
+        o.set_flag(Setting::Seed, "12").unwrap();
+        o.set_flag(Setting::Seed, "-2").unwrap(); // a later flag overrides
+        let (s, changed) = o.apply(&stored);
+        assert_eq!(s, st(0.7, 40, 0.9, 0.1, u64::MAX - 1));
+        assert_eq!(changed, vec![Setting::MinP, Setting::Seed]);
+        assert!(o.set_flag(Setting::TopP, "2").is_err());
+        assert_eq!(o.top_p, None);
     }
 }

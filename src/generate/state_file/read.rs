@@ -177,7 +177,16 @@ fn read_header<R: Read>(
         (header_len - FIXED_HEADER) as usize,
         "the canonical config string",
     )?);
-    let canon = String::from_utf8_lossy(&h[136..136 + canon_len as usize]).into_owned();
+    let pad_end = 136 + canon_len as usize;
+    if let Some(i) = h[pad_end..].iter().position(|&b| b != 0) {
+        let at = (pad_end + i) as u64;
+        return Err(bad(
+            at,
+            "header padding",
+            "not zero (the canonical string is zero-padded)".into(),
+        ));
+    }
+    let canon = String::from_utf8_lossy(&h[136..pad_end]).into_owned();
     let fp = u64_at(&h, 16);
     if fp != id.fingerprint() || canon != id.canonical {
         let why = if canon != id.canonical {
@@ -267,6 +276,13 @@ fn read_from<R: Read>(r: R, len: u64, name: &str, id: &StateIdentity) -> Result<
     let n_ids = n_pos + 1;
     let ids_at = r.at;
     let raw = r.bytes(n_ids.div_ceil(2) as usize * 8, "the ids")?;
+    if n_ids % 2 == 1 && raw[raw.len() - 4..] != [0; 4] {
+        return Err(Error::invalid(format!(
+            "{name}: byte {}: ids padding: not zero (n_ids = {n_ids} is odd; the ids are \
+             zero-padded to 8 bytes)",
+            ids_at + raw.len() as u64 - 4
+        )));
+    }
     let mut ids: Vec<u32> = raw
         .chunks_exact(4)
         .take(n_ids as usize)

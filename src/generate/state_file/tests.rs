@@ -275,8 +275,8 @@ fn refuses_truncated_and_oversized_files() {
 fn refuses_wrong_checksum() {
     let id = ident();
     let b0 = to_bytes(&id, &state(&id, 3)).unwrap();
-    // A flipped bit in the body, in the padding, in the trailer.
-    for at in [b0.len() - 20, 137 + id.canonical.len(), b0.len() - 1] {
+    // A flipped bit in the body, in the ids, in the trailer.
+    for at in [b0.len() - 20, id.header_len() as usize + 1, b0.len() - 1] {
         let mut b = b0.clone();
         b[at] ^= 0x10;
         let m = refused(&b, &id);
@@ -374,4 +374,56 @@ fn fuzz_seed_written_independently_loads_and_writes_back() {
     assert_eq!(st.sampler.seed, 12345);
     assert_eq!(st.logits_hash, FNV_OFFSET);
     assert_eq!(to_bytes(&id, &st).unwrap(), b);
+}
+
+#[test]
+fn mutated_files_are_refused_or_round_trip() {
+    // A small in-test fuzz (the fuzz target does this at length): bit flips, truncations,
+    // resealed byte edits and header words set to random values.
+    let id = ident();
+    let b0 = to_bytes(&id, &state(&id, 3)).unwrap();
+    for k in 0..4000u64 {
+        let r = splitmix64(77, k);
+        let mut b = b0.clone();
+        let at = (r >> 8) as usize % b.len();
+        match r % 4 {
+            0 => b[at] ^= 1 << ((r >> 40) % 8),
+            1 => b.truncate(at),
+            2 => {
+                b[at] = (r >> 48) as u8;
+                reseal(&mut b);
+            }
+            _ => {
+                let off = 8 + 4 * ((r >> 8) as usize % 30);
+                b[off..off + 4].copy_from_slice(&((r >> 32) as u32).to_le_bytes());
+                reseal(&mut b);
+            }
+        }
+        match parse(&b, "m", &id) {
+            Ok(st) => assert_eq!(to_bytes(&id, &st).unwrap(), b, "mutation {k}"),
+            Err(e) => assert_eq!(e.exit_code(), 2, "mutation {k}: {}", e.message),
+        }
+    }
+}
+
+#[test]
+fn refuses_non_zero_padding() {
+    // Found by the mutation test: padding bytes were ignored, so two different files loaded
+    // as the same state.
+    let id = ident();
+    let mut b = to_bytes(&id, &state(&id, 2)).unwrap(); // n_ids = 3: 4 bytes of ids padding
+    let hl = id.header_len() as usize;
+    assert!(hl > 136 + id.canonical.len());
+    b[hl - 1] = 1;
+    reseal(&mut b);
+    let m = refused(&b, &id);
+    assert!(
+        m.contains(&format!("byte {}: header padding", hl - 1)),
+        "{m}"
+    );
+    let mut b = to_bytes(&id, &state(&id, 2)).unwrap();
+    b[hl + 12] = 1;
+    reseal(&mut b);
+    let m = refused(&b, &id);
+    assert!(m.contains(&format!("byte {}: ids padding", hl + 12)), "{m}");
 }
