@@ -161,9 +161,9 @@ impl StopRules {
 pub struct Released {
     /// Text that can be printed now (never a part of a stop string).
     pub text: String,
-    /// Index into the stop strings of the one found (the earliest in the text; the first
-    /// listed among those starting there), if any: the sequence stops, and what follows it
-    /// is never printed.
+    /// Index into the stop strings of the one found (the first to complete in the text;
+    /// among those ending together the earliest start, then the first listed), if any: the
+    /// sequence stops, and neither it nor what follows it is printed.
     pub stopped: Option<usize>,
 }
 
@@ -226,13 +226,17 @@ impl StopText {
         std::mem::take(&mut self.held)
     }
 
-    /// The earliest (byte offset, stop index) of a stop string in `held`.
+    /// The (byte offset, stop index) of the stop string that completes first in `held`
+    /// (smallest end, then smallest start, then first listed). Choosing by end makes the
+    /// result independent of how the text was split into pieces: the first stop to complete
+    /// in the whole text is always among those complete in `held` when it fires.
     fn first_match(&self) -> Option<(usize, usize)> {
         self.stops
             .iter()
             .enumerate()
-            .filter_map(|(k, s)| self.held.find(s.as_str()).map(|at| (at, k)))
+            .filter_map(|(k, s)| self.held.find(s.as_str()).map(|at| (at + s.len(), at, k)))
             .min()
+            .map(|(_, at, k)| (at, k))
     }
 
     /// Where the held-back suffix starts: the earliest char boundary from which the rest of
@@ -299,10 +303,18 @@ mod tests {
         assert_eq!(run(&["END"], &["abc", "EN", "d"]), ("abcENd".into(), None));
         // Overlapping prefixes: "aab" inside "aaab".
         assert_eq!(run(&["aab"], &["a", "a", "a", "b"]), ("a".into(), Some(0)));
-        // Several stop strings: the earliest in the text wins, then the first listed.
+        // Several stop strings: the first to complete wins, whatever the pieces.
         assert_eq!(run(&["xyz", "b"], &["axy", "zb"]), ("a".into(), Some(0)));
-        assert_eq!(run(&["bc", "b"], &["abc"]), ("a".into(), Some(0)));
+        assert_eq!(run(&["bc", "b"], &["abc"]), ("a".into(), Some(1)));
         assert_eq!(run(&["b", "bc"], &["abc"]), ("a".into(), Some(0)));
+        assert_eq!(run(&["fé ", "é"], &["café "]), ("caf".into(), Some(1)));
+        assert_eq!(
+            run(&["fé ", "é"], &["caf", "é", " "]),
+            ("caf".into(), Some(1))
+        );
+        // Ending together: the earlier start (the longer string) cuts more.
+        assert_eq!(run(&["b", "ab"], &["xa", "b"]), ("x".into(), Some(1)));
+        assert_eq!(run(&["b", "ab"], &["xab"]), ("x".into(), Some(1)));
         assert_eq!(run(&["zz", "c"], &["ab", "c"]), ("ab".into(), Some(1)));
         // No stop strings: everything at once.
         let mut b = StopText::new(&[]);
