@@ -126,6 +126,20 @@ impl StopRules {
         Ok(())
     }
 
+    /// Checks `--ctx` against the config's `max_position_embeddings` (when it has one).
+    ///
+    /// Errors (exit 2): `--ctx` above it, naming both.
+    pub fn check_ctx_limit(&self, max_position_embeddings: Option<u64>) -> Result<()> {
+        match max_position_embeddings {
+            Some(m) if self.ctx > m => Err(Error::invalid(format!(
+                "flag `--ctx {}`: above the config's max_position_embeddings {m}; give --ctx {m} \
+                 or less",
+                self.ctx
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// Why a sequence of `len` ids stops before choosing any id: `--gen 0` (`length`), or the
     /// prompt already fills `--ctx` (`context`).
     pub fn before_first(&self, len: u64) -> Option<StopReason> {
@@ -369,6 +383,14 @@ mod tests {
         let e = r.check_prompt(9).unwrap_err();
         assert_eq!(e.exit_code(), 2);
         assert!(e.message.starts_with("flag `--ctx 8`:"), "{}", e.message);
+        assert!(r.check_ctx_limit(Some(8)).is_ok() && r.check_ctx_limit(None).is_ok());
+        let e = r.check_ctx_limit(Some(7)).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(
+            e.message.contains("max_position_embeddings 7"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

@@ -427,3 +427,27 @@ fn refuses_non_zero_padding() {
     let m = refused(&b, &id);
     assert!(m.contains(&format!("byte {}: ids padding", hl + 12)), "{m}");
 }
+
+#[test]
+fn size_formula_at_the_released_widths() {
+    // FORMATS.md §9.2: "K3 with 4,096 positions: ≈ 464.6 MB of KDA state + 226.5 MB of MLA
+    // rows" (69 KDA layers of 96 heads × 128, Kc 4; 24 MLA layers of 512 + 64).
+    let id = StateIdentity {
+        canonical: String::new(),
+        weights_tag: 0,
+        n_layers: 93,
+        n_kda: 69,
+        n_mla: 24,
+        hk: 96,
+        dk: 128,
+        kc: 4,
+        mla_row: 576,
+        vocab_size: 163_840,
+    };
+    let kda = 69 * 4 * (id.kda_state_len() + id.conv_len());
+    let mla = 24 * 4096 * 4 * 576;
+    assert_eq!(kda / 100_000, 4646);
+    assert_eq!(mla / 100_000, 2264);
+    let ids = 4097u64.div_ceil(2) * 8;
+    assert_eq!(id.file_size(4096), Some(136 + ids + kda + mla + 8));
+}
