@@ -52,6 +52,7 @@ pub mod config;
 pub mod digest;
 pub mod error;
 pub mod fnv;
+pub mod generate;
 pub mod io;
 pub mod json;
 pub mod model;
