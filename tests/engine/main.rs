@@ -13,6 +13,7 @@ mod checkpoint;
 mod cli;
 mod config;
 mod docs;
+mod generate;
 mod io;
 mod json;
 mod model;

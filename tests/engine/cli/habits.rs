@@ -2,9 +2,9 @@
 //! directory, `-p`/`-n`/`-h`, `k3 help <command>`, `--prompt-file -`, a quiet end on a closed
 //! pipe, `sim-cache --model`/`--expert-bytes`, and the shell completions.
 
+use crate::support::{fixture, k3_command, run_k3, scratch_dir};
 use std::io::{Read as _, Write as _};
 use std::process::Stdio;
-use crate::support::{fixture, k3_command, run_k3, scratch_dir};
 
 /// Every subcommand but `help` itself.
 const COMMANDS: &[&str] = k3::cli::SUBCOMMANDS.split_last().unwrap().1;

@@ -3,11 +3,11 @@
 //! naming the shard, a truncated shard is caught without sums, `--write-sums` output is what
 //! `sha256sum` prints.
 
+use crate::support::{copy_checkpoint, fixture, run_k3, scratch_dir};
 use k3::digest::sha256::{to_hex, Sha256};
 use sha2::Digest as _;
 use std::path::Path;
 use std::process::Command;
-use crate::support::{copy_checkpoint, fixture, run_k3, scratch_dir};
 
 const SHARD3: &str = "model-00003-of-00007.safetensors";
 

@@ -5,11 +5,11 @@
 
 mod cli;
 
+use crate::support::released::{k3_config, k3_sizes};
 use k3::plan::{
     buffer_bytes, choose_trunk, gb_to_bytes, layer_run_bytes, plan_run, preset, Budget, ModelSizes,
     PRESETS,
 };
-use crate::support::released::{k3_config, k3_sizes};
 
 const GB: f64 = 1e9;
 
