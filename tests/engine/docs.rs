@@ -123,8 +123,19 @@ fn every_relative_link_in_readme_and_docs_resolves() {
 #[test]
 fn docs_named_by_the_command_line_exist() {
     let mut named = 0;
-    for e in std::fs::read_dir(root().join("src/cli")).unwrap() {
-        let p = e.unwrap().path();
+    let mut dirs = vec![root().join("src/cli")];
+    let mut files = Vec::new();
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else {
+                files.push(p);
+            }
+        }
+    }
+    for p in files {
         let text = std::fs::read_to_string(&p).unwrap();
         let mut rest = text.as_str();
         while let Some(i) = rest.find("docs/") {
