@@ -67,14 +67,40 @@ type JResult<T> = std::result::Result<T, JsonError>;
 // DOM
 // ---------------------------------------------------------------------------------------------
 
-/// A JSON number kept as its raw lexeme (RFC 8259 §6 grammar, already validated).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Number(String);
+/// Longest input text (in bytes) an error message quotes whole; longer text is named by its
+/// length and byte offset instead, so a 100,001-digit literal does not fill the terminal.
+pub const QUOTE_MAX: usize = 40;
+
+/// A JSON number kept as its raw lexeme (RFC 8259 §6 grammar, already validated), and the
+/// byte offset where it starts in the parsed text (`None` for constructed numbers).
+/// Two numbers are equal when their lexemes are.
+#[derive(Debug, Clone)]
+pub struct Number(String, Option<usize>);
+
+impl PartialEq for Number {
+    fn eq(&self, other: &Number) -> bool {
+        self.0 == other.0
+    }
+}
+
+impl Eq for Number {}
 
 impl Number {
     /// The number exactly as written in the input (or as produced by the constructors).
     pub fn lexeme(&self) -> &str {
         &self.0
+    }
+
+    /// The number as an error message quotes it: the lexeme when at most [`QUOTE_MAX`]
+    /// bytes, else `<N characters at byte B>` (B: its offset in the parsed text).
+    pub fn quoted(&self) -> String {
+        if self.0.len() <= QUOTE_MAX {
+            return self.0.clone();
+        }
+        match self.1 {
+            Some(at) => format!("<{} characters at byte {at}>", self.0.len()),
+            None => format!("<{} characters>", self.0.len()),
+        }
     }
 
     /// True when the lexeme has neither a fraction nor an exponent (MODEL.md §2.3 *int*).
@@ -104,12 +130,12 @@ impl Number {
 
     /// A number from an unsigned integer.
     pub fn from_u64(v: u64) -> Number {
-        Number(v.to_string())
+        Number(v.to_string(), None)
     }
 
     /// A number from a signed integer.
     pub fn from_i64(v: i64) -> Number {
-        Number(v.to_string())
+        Number(v.to_string(), None)
     }
 
     /// A number from a finite f64, written shortest-round-trip (`0.1`, `1e-20`, `4.0`).
@@ -118,10 +144,20 @@ impl Number {
         if v.is_finite() {
             // `{:?}` is Rust's shortest representation that round-trips; it always contains a
             // '.' or an exponent and never uses a form JSON rejects for finite values.
-            Some(Number(format!("{v:?}")))
+            Some(Number(format!("{v:?}"), None))
         } else {
             None
         }
+    }
+}
+
+/// `s` in double quotes when at most [`QUOTE_MAX`] bytes, else `<a string of N bytes>`
+/// (error messages quote input text capped; the caller names the offset).
+pub fn quote_str(s: &str) -> String {
+    if s.len() <= QUOTE_MAX {
+        format!("\"{s}\"")
+    } else {
+        format!("<a string of {} bytes>", s.len())
     }
 }
 
@@ -937,7 +973,11 @@ impl<'a> Scanner<'a> {
         match self.peek()? {
             Kind::Null => self.null().map(|_| Value::Null),
             Kind::Bool => self.bool().map(Value::Bool),
-            Kind::Number => self.number().map(|n| Value::Number(Number(n.to_string()))),
+            Kind::Number => {
+                let n = self.number()?;
+                let at = self.pos - n.len();
+                Ok(Value::Number(Number(n.to_string(), Some(at))))
+            }
             Kind::String => self.string().map(|s| Value::String(s.into_owned())),
             Kind::Array => {
                 self.begin_array()?;
@@ -968,7 +1008,8 @@ impl<'a> Scanner<'a> {
                         }
                     };
                     if dup {
-                        return self.err(key_at, format!("duplicate member name \"{key}\""));
+                        return self
+                            .err(key_at, format!("duplicate member name {}", quote_str(&key)));
                     }
                     let v = self.value()?;
                     members.push((key.into_owned(), v));

@@ -47,7 +47,6 @@ pub mod checkpoint;
 pub mod cli;
 pub mod config;
 pub mod error;
-pub mod fnv;
 pub mod io;
 pub mod json;
 pub mod model;
@@ -56,8 +55,12 @@ pub mod report;
 pub mod safetensors;
 pub mod stream;
 pub mod tokenizer;
+pub mod units;
 
 pub use error::{Error, ErrorKind, Result};
+/// FNV-1a-64 (FORMATS.md §1): the kernels' one, for the config fingerprint, the weights tag,
+/// header checksums and logits hashes.
+pub use k3_kernels::fnv;
 
 /// Engine version and git commit, embedded by build.rs.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

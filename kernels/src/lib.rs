@@ -31,6 +31,7 @@
 //! [`Kernels`], decided when the value is built (CPU detection runs once and is cached).
 
 pub mod argmax;
+#[cfg(feature = "battery")]
 pub mod battery;
 pub mod cast;
 mod error;

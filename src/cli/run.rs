@@ -13,7 +13,7 @@ use crate::io::OutFile;
 use crate::model::experts::{ExpertSource, ExpertStats};
 use crate::model::state::DecodeState;
 use crate::model::{self, mla::MLA_FORM, Dims, Exec, LogitRows};
-use crate::plan::{gb_to_bytes, plan_run, Budget, ModelSizes, GB};
+use crate::plan::{gb_to_bytes, plan_run, Budget, ModelSizes, RunShape, GB};
 use crate::report::{RunReport, StepReport};
 use crate::stream::bind::{self, StreamConfig};
 use crate::stream::pack::PackedTrunk;
@@ -579,32 +579,21 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
         }
         None => None,
     };
-    let logits_rows = if want_all { req.chunk } else { 1 };
-    let chunk = req.chunk.min(positions.max(1));
-    let moe_bound = (0..layers).filter(|&l| l >= d.first_dense).count();
-    let expert_bytes = model::expert_bytes(&d);
-    let sizes = ModelSizes {
-        layer_runs: prep.layouts.iter().map(|l| l.bytes).collect(),
-        layer_vectors: (0..layers)
-            .map(|l| crate::plan::layer_vector_bytes(&d, l))
-            .sum(),
-        embed: prep.tables.embed.len,
-        lm_head: prep.tables.lm_head.as_ref().map(|m| m.len).unwrap_or(0),
-        row: 2 * d.h as u64,
-        vocab: d.v,
-        table_vectors: 2 * d.h as u64 * 4,
-        expert: expert_bytes,
-        expert_stride: crate::plan::buffer_bytes(expert_bytes),
-        experts_total: moe_bound * d.e,
-        top_k: d.kt,
-        kda_state: DecodeState::kda_bytes(&d, layers),
-        mla_cache: DecodeState::mla_bytes(&d, layers, positions.max(1)),
-        scratch: crate::plan::scratch_bytes(&d, chunk, logits_rows)
-            + crate::plan::kernel_scratch_bytes(&d, chunk, ex.threads()),
-        tokenizer: tokenizer_bytes(&req.args, &req.model_dir),
-        tensor_index: index.heap_bytes() as u64,
-        logits_rows,
-    };
+    let sizes = ModelSizes::for_run(
+        &d,
+        RunShape {
+            layers,
+            layer_runs: prep.layouts.iter().map(|l| l.bytes).collect(),
+            embed: prep.tables.embed.len,
+            lm_head: prep.tables.lm_head.as_ref().map(|m| m.len).unwrap_or(0),
+            positions,
+            chunk: req.chunk,
+            all_logits: want_all,
+            threads: ex.threads(),
+            tokenizer: tokenizer_bytes(&req.args, &req.model_dir),
+            tensor_index: index.heap_bytes() as u64,
+        },
+    );
     let available = crate::io::sys::memory_available().available();
     let rp = match plan_run(&sizes, &req.budget, available) {
         Ok(p) => p,
@@ -670,7 +659,7 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
     rep.expert_slots = slots;
     rep.expert_slot_bytes = stride as u64;
     rep.cache_policy = policy.to_string();
-    rep.experts_bound = moe_bound * d.e;
+    rep.experts_bound = sizes.experts_total;
     rep.tables_streamed = rp.tables.streamed();
     rep.timing.load_seconds = t_load.elapsed().as_secs_f64();
     say(&rep.trunk_line());
