@@ -47,20 +47,14 @@ fn dispatch(args: Vec<OsString>) -> Result<()> {
     };
     // A subcommand name always wins over a directory of the same name (ENGINE.md §3).
     match first.as_str() {
-        "--help" | "-h" | "help" => {
-            crate::out!("{USAGE}");
-            Ok(())
-        }
+        // The usage, presets and version are what was asked for: a failed write is exit 4.
+        "--help" | "-h" | "help" => write_stdout(USAGE.as_bytes()),
         "inspect" => inspect::run(&args[1..]),
         "tokenize" => tokenize::run_tokenize(&args[1..]),
         "detokenize" => tokenize::run_detokenize(&args[1..]),
-        "--list-presets" => {
-            crate::out!("{}", crate::plan::presets_text());
-            Ok(())
-        }
+        "--list-presets" => write_stdout(crate::plan::presets_text().as_bytes()),
         "--version" | "-V" => {
-            crate::out!("k3 {} ({})\n", crate::VERSION, crate::GIT_COMMIT);
-            Ok(())
+            write_stdout(format!("k3 {} ({})\n", crate::VERSION, crate::GIT_COMMIT).as_bytes())
         }
         "run" => run::run(&args[1..]),
         "sim-cache" => sim_cache::run(&args[1..]),
