@@ -3,13 +3,14 @@
 //! and a rename, also after a failure (with `error` set).
 
 use crate::error::{Error, Result};
-use crate::fnv::hex;
 use crate::json::{Object, Value};
 use crate::model::experts::ExpertStats;
-use crate::plan::{gb, MemoryPlan};
+use crate::plan::MemoryPlan;
 use crate::stream::expert_cache::CacheStats;
 use crate::stream::tables::TableStats;
 use crate::stream::trunk::TrunkStats;
+use crate::units::gb;
+use crate::units::hex;
 
 /// One generated token (FORMATS.md §10 `steps`).
 #[derive(Debug, Clone, Default, PartialEq)]

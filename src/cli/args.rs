@@ -102,7 +102,8 @@ impl Args {
     }
 
     /// [`parse`](Args::parse) for a subcommand with usage text: `--help` or `-h` (accepted whether or
-    /// not `specs` lists it) prints `usage` on standard output and returns `None` (exit 0).
+    /// not `specs` lists it) prints `usage` on standard output and returns `None` (exit 0; exit 4
+    /// when the usage cannot be written).
     /// A `--help` among otherwise bad flags still helps; a `--help` that is the value of a
     /// flag (`--text --help`) is that value.
     pub fn parse_or_help(argv: &[OsString], specs: &[Spec], usage: &str) -> Result<Option<Args>> {
@@ -112,12 +113,12 @@ impl Args {
         }
         match Args::parse(argv, &with_help) {
             Ok(a) if a.switch("help") => {
-                crate::out!("{usage}");
+                crate::cli::write_stdout(usage.as_bytes())?;
                 Ok(None)
             }
             Ok(a) => Ok(Some(a)),
             Err(_) if argv.iter().any(|a| a == "--help" || a == "-h") => {
-                crate::out!("{usage}");
+                crate::cli::write_stdout(usage.as_bytes())?;
                 Ok(None)
             }
             Err(e) => Err(e),

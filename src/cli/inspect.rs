@@ -11,8 +11,8 @@ use crate::checkpoint::TensorIndex;
 use crate::cli::args::{Args, Spec};
 use crate::config::{Config, MlaForm, NUMERICS_VERSION};
 use crate::error::{Error, Result};
-use crate::fnv::hex;
 use crate::json::{Object, Value};
+use crate::units::hex;
 use std::ffi::OsString;
 use std::fmt::Write as _;
 
@@ -69,7 +69,7 @@ struct Report<'a> {
 
 /// `0..2,5` style index runs (the inspect line's format).
 fn ranges(v: &[usize]) -> String {
-    crate::plan::index_ranges(v, "..", ",")
+    crate::units::index_ranges(v, "..", ",")
 }
 
 fn join(v: &[usize]) -> String {

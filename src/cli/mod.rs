@@ -76,23 +76,17 @@ fn dispatch(args: Vec<OsString>) -> Result<()> {
     };
     // A subcommand name always wins over a directory of the same name (ENGINE.md §3).
     match first.as_str() {
-        "--help" | "-h" => {
-            crate::out!("{USAGE}");
-            Ok(())
-        }
+        // The usage, presets and version are what was asked for: a failed write is exit 4.
+        "--help" | "-h" => write_stdout(USAGE.as_bytes()),
         "help" => help(&args[1..]),
         "verify" => verify::run(&args[1..]),
         "completions" => completions::run(&args[1..]),
         "inspect" => inspect::run(&args[1..]),
         "tokenize" => tokenize::run_tokenize(&args[1..]),
         "detokenize" => tokenize::run_detokenize(&args[1..]),
-        "--list-presets" => {
-            crate::out!("{}", crate::plan::presets_text());
-            Ok(())
-        }
+        "--list-presets" => write_stdout(crate::plan::presets_text().as_bytes()),
         "--version" | "-V" => {
-            crate::out!("k3 {} ({})\n", crate::VERSION, crate::GIT_COMMIT);
-            Ok(())
+            write_stdout(format!("k3 {} ({})\n", crate::VERSION, crate::GIT_COMMIT).as_bytes())
         }
         "run" => run::run(&args[1..]),
         "sim-cache" => sim_cache::run(&args[1..]),
@@ -106,16 +100,12 @@ fn dispatch(args: Vec<OsString>) -> Result<()> {
 /// `k3 help [command]`: the command's usage (as `k3 <command> --help`), or the overview.
 fn help(args: &[OsString]) -> Result<()> {
     let Some(cmd) = args.first() else {
-        crate::out!("{USAGE}");
-        return Ok(());
+        return write_stdout(USAGE.as_bytes());
     };
     let cmd = cmd.to_string_lossy();
     let h = [OsString::from("--help")];
     match cmd.as_ref() {
-        "help" | "-h" | "--help" => {
-            crate::out!("{USAGE}");
-            Ok(())
-        }
+        "help" | "-h" | "--help" => write_stdout(USAGE.as_bytes()),
         c if SUBCOMMANDS.contains(&c) => {
             dispatch([OsString::from(c)].into_iter().chain(h).collect())
         }

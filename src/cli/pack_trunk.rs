@@ -7,8 +7,8 @@ use crate::checkpoint::TensorIndex;
 use crate::cli::args::{Args, Spec};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::plan::gb;
 use crate::stream::pack::{check_out_dir, pack, PackProgress, PackedTrunk, TRUNK_JSON};
+use crate::units::gb;
 use std::ffi::OsString;
 use std::path::PathBuf;
 

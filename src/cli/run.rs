@@ -12,9 +12,8 @@ use crate::census::Census;
 use crate::checkpoint::TensorIndex;
 use crate::error::{Error, Result};
 use crate::io::{IoFile, OutFile};
-use crate::model::state::DecodeState;
-use crate::model::{self, mla::MLA_FORM, Exec};
-use crate::plan::{gb_to_bytes, plan_run, Budget, ModelSizes, RunPlan, GB};
+use crate::model::{mla::MLA_FORM, Exec};
+use crate::plan::{gb_to_bytes, plan_run, Budget, ModelSizes, RunPlan, RunShape, GB};
 use crate::report::RunReport;
 use crate::run::{DecodeOptions, OpenOptions, Run};
 use crate::stream::pack::PackedTrunk;
@@ -515,9 +514,6 @@ fn open_packed(
 
 /// The memory plan of the run (ENGINE.md §4), shown and put in the report; exit 3 (with the
 /// smallest plan in the report) when it does not fit.
-// The model-size literal below is kept as it stood in `execute` (`&d` with `d: &Dims`): it
-// moves next to the planner in plan/ (issue 11, item 5), which drops this allow.
-#[allow(clippy::needless_borrow)]
 fn plan_memory(
     req: &Request,
     inp: &Inputs,
@@ -533,32 +529,21 @@ fn plan_memory(
             crate::sayln!("{s}");
         }
     };
-    let logits_rows = if want_all { req.chunk } else { 1 };
-    let chunk = req.chunk.min(positions.max(1));
-    let moe_bound = (0..layers).filter(|&l| l >= d.first_dense).count();
-    let expert_bytes = model::expert_bytes(&d);
-    let sizes = ModelSizes {
-        layer_runs: prep.layouts.iter().map(|l| l.bytes).collect(),
-        layer_vectors: (0..layers)
-            .map(|l| crate::plan::layer_vector_bytes(&d, l))
-            .sum(),
-        embed: prep.tables.embed.len,
-        lm_head: prep.tables.lm_head.as_ref().map(|m| m.len).unwrap_or(0),
-        row: 2 * d.h as u64,
-        vocab: d.v,
-        table_vectors: 2 * d.h as u64 * 4,
-        expert: expert_bytes,
-        expert_stride: crate::plan::buffer_bytes(expert_bytes),
-        experts_total: moe_bound * d.e,
-        top_k: d.kt,
-        kda_state: DecodeState::kda_bytes(&d, layers),
-        mla_cache: DecodeState::mla_bytes(&d, layers, positions.max(1)),
-        scratch: crate::plan::scratch_bytes(&d, chunk, logits_rows)
-            + crate::plan::kernel_scratch_bytes(&d, chunk, ex.threads()),
-        tokenizer: tokenizer_bytes(&req.args, &req.model_dir),
-        tensor_index: index.heap_bytes() as u64,
-        logits_rows,
-    };
+    let sizes = ModelSizes::for_run(
+        d,
+        RunShape {
+            layers,
+            layer_runs: prep.layouts.iter().map(|l| l.bytes).collect(),
+            embed: prep.tables.embed.len,
+            lm_head: prep.tables.lm_head.as_ref().map(|m| m.len).unwrap_or(0),
+            positions,
+            chunk: req.chunk,
+            all_logits: want_all,
+            threads: ex.threads(),
+            tokenizer: tokenizer_bytes(&req.args, &req.model_dir),
+            tensor_index: index.heap_bytes() as u64,
+        },
+    );
     let available = crate::io::sys::memory_available().available();
     let rp = match plan_run(&sizes, &req.budget, available) {
         Ok(p) => p,
