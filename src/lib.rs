@@ -43,6 +43,7 @@ macro_rules! out {
 
 pub mod catalogue;
 pub mod census;
+pub mod chat;
 pub mod checkpoint;
 pub mod cli;
 pub mod config;

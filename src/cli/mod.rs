@@ -9,6 +9,7 @@ pub mod inspect;
 pub mod pack_trunk;
 pub mod run;
 pub mod sim_cache;
+pub mod template;
 pub mod tokenize;
 
 const USAGE: &str = "\
@@ -19,6 +20,7 @@ usage:
   k3 inspect <model_dir> [--json]   config summary, layer map, tensor census, byte ledger
   k3 tokenize --tok DIR [--special] (--text T | --file F)
   k3 detokenize --tok DIR --ids 1,2,3
+  k3 template --tok DIR --messages FILE [--tools FILE] [--thinking E|off]   chat-template ids
   k3 pack-trunk <model_dir> <out>
   k3 sim-cache <trace.bin> [--policy NAME]... [--capacity-gb X]...
   k3 --help | --version | --list-presets
@@ -54,6 +56,7 @@ fn dispatch(args: Vec<OsString>) -> Result<()> {
         "inspect" => inspect::run(&args[1..]),
         "tokenize" => tokenize::run_tokenize(&args[1..]),
         "detokenize" => tokenize::run_detokenize(&args[1..]),
+        "template" => template::run(&args[1..]),
         "--list-presets" => {
             crate::out!("{}", crate::plan::presets_text());
             Ok(())

@@ -1,0 +1,102 @@
+//! `k3 template --tok DIR --messages FILE [--tools FILE] [--thinking low|high|max|off]
+//! [--no-generation-prompt]`: prints the chat-template ids of a conversation
+//! (TOKENIZER.md §10), comma-separated, without running a model.
+
+use super::args::{Args, Spec};
+use crate::chat::{self, Request};
+use crate::error::{Error, Result};
+use crate::json::{Object, Value};
+use crate::tokenizer::Tokenizer;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+const SPECS: &[Spec] = &[
+    Spec::Value("tok"),
+    Spec::Value("messages"),
+    Spec::Value("tools"),
+    Spec::Value("thinking"),
+    Spec::Switch("no-generation-prompt"),
+];
+
+const USAGE: &str = "\
+usage: k3 template --tok DIR --messages FILE [--tools FILE] [--thinking low|high|max|off]
+                   [--no-generation-prompt]
+  Prints the chat-template ids of a conversation (TOKENIZER.md §10), comma-separated.
+  --tok DIR               tokenizer directory (tiktoken.model, tokenizer_config.json)
+  --messages FILE         a JSON array of messages, or a request body with `messages`, `tools`,
+                          `tool_choice`, `response_format`, `reasoning_effort`,
+                          `chat_template_kwargs` (`thinking`, `thinking_effort`); other keys ignored
+  --tools FILE            a JSON array of tools (replaces the body's `tools`)
+  --thinking EFFORT|off   thinking effort low, high or max (default: the body's, else max), or off
+  --no-generation-prompt  do not open the assistant turn at the end
+";
+
+/// Runs `k3 template`. Errors (exit 2): a missing flag, a file that is not JSON (byte
+/// offset), a request the template refuses (the message index and field).
+pub fn run(argv: &[OsString]) -> Result<()> {
+    let Some(a) = Args::parse_or_help(argv, SPECS, USAGE)? else {
+        return Ok(());
+    };
+    if let Some(p) = a.positional.first() {
+        return Err(Error::invalid(format!(
+            "template: unexpected argument `{}` (see k3 template --help)",
+            p.to_string_lossy()
+        )));
+    }
+    let required = |flag: &str, what: &str| {
+        a.value_os(flag)
+            .map(PathBuf::from)
+            .ok_or_else(|| Error::invalid(format!("template: flag `--{flag} {what}` is required")))
+    };
+    let tok_dir = required("tok", "DIR")?;
+    let messages = required("messages", "FILE")?;
+    let mut body = read_json(&messages)?;
+    if let Some(t) = a.value("thinking")? {
+        set_thinking(&mut body, &t)?;
+    }
+    let ctx = |e: Error| e.context(messages.display());
+    let mut req = Request::from_json(&body).map_err(ctx)?;
+    if let Some(path) = a.value_os("tools").map(PathBuf::from) {
+        let tools = read_json(&path)?;
+        req.set_tools(tools).map_err(|e| e.context(path.display()))?;
+    }
+    let segments = chat::render(&req, !a.switch("no-generation-prompt")).map_err(ctx)?;
+    let tok = Tokenizer::load(&tok_dir)?;
+    let ids = chat::encode(&tok, &segments)?;
+    let line = ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    crate::cli::write_stdout(format!("{line}\n").as_bytes())
+}
+
+/// `--thinking EFFORT|off` → `chat_template_kwargs.thinking` / `thinking_effort` of the body
+/// (a bare message array becomes `{"messages": …}`).
+fn set_thinking(body: &mut Value, t: &str) -> Result<()> {
+    let kw = match t {
+        "off" => Object::new().with("thinking", false),
+        e if chat::Effort::parse(e).is_some() => Object::new().with("thinking", true).with("thinking_effort", e),
+        other => {
+            return Err(Error::invalid(format!(
+                "flag `--thinking`: unsupported value `{other}` (expected low, high, max or off)"
+            )))
+        }
+    };
+    if let Value::Array(_) = body {
+        *body = Value::Object(Object::new().with("messages", std::mem::take(body)));
+    }
+    if let Some(o) = body.as_object_mut() {
+        let mut merged = match o.remove("chat_template_kwargs") {
+            Some(Value::Object(k)) => k,
+            _ => Object::new(),
+        };
+        for (k, v) in kw.iter() {
+            merged.insert(k, v.clone());
+        }
+        o.insert("chat_template_kwargs", merged);
+    }
+    Ok(())
+}
+
+fn read_json(path: &Path) -> Result<Value> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| Error::invalid(format!("{}: cannot read: {e}", path.display())))?;
+    crate::json::parse(&bytes).map_err(|e| e.into_error(path.display(), 0))
+}
