@@ -61,6 +61,7 @@ case("assistant_content_parts", [U("Hi"), A([{"type": "text", "text": "a"}, {"ty
 case("multi_turn_long", [S("Be brief."), U("Capital of France?"), A("Paris.", reasoning_content="Easy."), U("And Germany?"),
                          A("Berlin.", reasoning_content="Also easy."), U("Italy?"), A("Rome."), U("Spain?")])
 # --- thinking switch and effort
+case("user_only_hi", [U("Hi")])
 case("thinking_off", {"messages": [U("Hi")], "chat_template_kwargs": OFF})
 case("enable_thinking_false", {"messages": [U("Hi")], "chat_template_kwargs": {"enable_thinking": False}})
 case("effort_low", {"messages": [U("Hi")], "chat_template_kwargs": {"thinking_effort": "low"}})
