@@ -12,12 +12,13 @@ use std::process::Command;
 use std::time::Instant;
 
 /// Every target in fuzz/Cargo.toml.
-pub const TARGETS: [&str; 5] = [
+pub const TARGETS: [&str; 6] = [
     "json",
     "config",
     "safetensors_header",
     "cli_args",
     "tokenizer",
+    "chat_reply",
 ];
 
 const DEFAULT_SECONDS: u64 = 30;
