@@ -109,6 +109,9 @@ case("tool_loop_final_answer", {"messages": [U("Weather in Paris and Rome?"),
 case("tool_results_reordered_by_id", {"messages": [U("Both"),
     A("", tool_calls=[call("x1", "get_weather", '{"city": "A"}'), call("x2", "calc-v2", '{"expr": "1+1"}'), call("x3", "get_weather", '{"city": "B"}')]),
     T("r3", tool_call_id="x3"), T("r1", tool_call_id="x1"), T("r2", tool_call_id="x2")], "tools": [WEATHER, CALC]})
+case("tool_results_subset_reordered", {"messages": [U("Three"),
+    A("", tool_calls=[call("x1", "get_weather", '{"city": "A"}'), call("x2", "calc-v2", '{"expr": "1"}'), call("x3", "get_weather", '{"city": "B"}')]),
+    T("r3", tool_call_id="x3"), T("r1", tool_call_id="x1")], "tools": [WEATHER, CALC]})
 case("tool_results_unresolved_arrival_order", {"messages": [U("Both"),
     A("", tool_calls=[call("x1", "get_weather", '{"city": "A"}'), call("x2", "calc-v2", '{"expr": "1+1"}')]),
     T("r2", tool_call_id="nope"), T("r1", tool_call_id="x1")], "tools": [WEATHER, CALC]})
@@ -171,6 +174,8 @@ case("refuse_system_without_content", [dict(role="system"), U("y")], k3_refuses=
 case("refuse_named_choice_undeclared", {"messages": [U("x")], "tools": [CALC], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, k3_refuses="tool_choice.function.name")
 case("refuse_tool_choice_bad_type", {"messages": [U("x")], "tools": [CALC], "tool_choice": {"type": "tool", "name": "calc-v2"}}, k3_refuses="tool_choice.type")
 case("refuse_tool_choice_unknown_string", {"messages": [U("x")], "tools": [CALC], "tool_choice": "sometimes"}, k3_refuses="tool_choice")
+case("refuse_response_format_unknown", {"messages": [U("x")], "response_format": {"type": "yaml"}}, k3_refuses="response_format.type")
+case("refuse_tools_not_array", {"messages": [U("x")], "tools": {"name": "calc"}}, k3_refuses="tools")
 case("refuse_tool_result_without_name", [U("x"), T("r")], k3_refuses="messages[1].tool")
 case("refuse_args_array", {"messages": [U("x"), A("", tool_calls=[call("c", "calc-v2", "[1, 2]")])]}, k3_refuses="messages[1].tool_calls[0].function.arguments")
 case("refuse_args_number", {"messages": [U("x"), A("", tool_calls=[call("c", "calc-v2", 5)])]}, k3_refuses="messages[1].tool_calls[0].function.arguments")

@@ -141,6 +141,8 @@ refusal!(
     refuse_tool_choice_bad_type,
     refuse_tool_choice_unknown_string,
     refuse_tool_result_without_name,
+    refuse_response_format_unknown,
+    refuse_tools_not_array,
     refuse_args_array,
     refuse_args_number,
     refuse_image_part,
