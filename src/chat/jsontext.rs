@@ -115,7 +115,7 @@ fn number(n: &Number) -> Result<String, String> {
 }
 
 /// The shortest round-trip digits of `f` in ryu's notation: fixed from 1e-5 up to below
-/// 1e16 (`100.0`, `0.00001`), else `1e20`, `1.5e-7`.
+/// 1e16 (`100.0`, `0.00001`), else `1e+20`, `1.5e-7`.
 fn ryu_style(f: f64) -> String {
     let sci = format!("{f:e}"); // shortest digits: "-1.2345e-7", "1e20", "0e0"
     let (mant, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
@@ -146,10 +146,16 @@ fn ryu_style(f: f64) -> String {
         out.push_str("0.");
         out.extend(std::iter::repeat_n('0', (-kk) as usize));
         out.push_str(&digits);
-    } else if len == 1 {
-        out.push_str(&format!("{digits}e{}", kk - 1));
     } else {
-        out.push_str(&format!("{}.{}e{}", &digits[..1], &digits[1..], kk - 1));
+        let (head, rest) = digits.split_at(1);
+        out.push_str(head);
+        if !rest.is_empty() {
+            out.push('.');
+            out.push_str(rest);
+        }
+        // A positive exponent carries its sign, as the oracle fixtures show (`1e+20`).
+        let e = kk - 1;
+        out.push_str(&if e > 0 { format!("e+{e}") } else { format!("e{e}") });
     }
     out
 }
@@ -171,16 +177,16 @@ mod tests {
             ("0", "0"),
             ("1.0", "1.0"),
             ("1e2", "100.0"),
-            ("1e20", "1e20"),
+            ("1e20", "1e+20"),
             ("1.5e-7", "1.5e-7"),
             ("0.1", "0.1"),
             ("0.0001", "0.0001"),
             ("0.00001", "0.00001"),
             ("0.000001", "1e-6"),
-            ("1e16", "1e16"),
+            ("1e16", "1e+16"),
             ("1e15", "1000000000000000.0"),
             ("12345678901234567890", "12345678901234567890"),
-            ("123456789012345678901234567890", "1.2345678901234568e29"),
+            ("123456789012345678901234567890", "1.2345678901234568e+29"),
             ("-0.0", "-0.0"),
             ("2E-3", "0.002"),
         ] {
