@@ -155,7 +155,11 @@ fn ryu_style(f: f64) -> String {
         }
         // A positive exponent carries its sign, as the oracle fixtures show (`1e+20`).
         let e = kk - 1;
-        out.push_str(&if e > 0 { format!("e+{e}") } else { format!("e{e}") });
+        out.push_str(&if e > 0 {
+            format!("e+{e}")
+        } else {
+            format!("e{e}")
+        });
     }
     out
 }
@@ -165,7 +169,13 @@ mod tests {
     use super::*;
 
     fn num(s: &str) -> String {
-        number(crate::json::parse(s.as_bytes()).unwrap().as_number().unwrap()).unwrap()
+        number(
+            crate::json::parse(s.as_bytes())
+                .unwrap()
+                .as_number()
+                .unwrap(),
+        )
+        .unwrap()
     }
 
     #[test]

@@ -7,11 +7,13 @@
 //! its ids and says where k3 is stricter.
 
 pub mod jsontext;
+pub mod message;
 pub mod messages;
 pub mod reply;
 pub mod template;
 
-pub use messages::{Effort, Request, Thinking};
+pub use message::{Arguments, Message, Role, ToolCall};
+pub use messages::{Effort, Request, ResponseFormat, Thinking, ToolChoice};
 pub use reply::{ReplyEvent, ReplyParser};
 pub use template::{encode, render, Segment};
 

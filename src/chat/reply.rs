@@ -99,7 +99,11 @@ impl ReplyParser {
     /// prefix, TOKENIZER.md §10 step 6).
     pub fn new(thinking: bool) -> ReplyParser {
         ReplyParser {
-            state: if thinking { State::Think } else { State::Response },
+            state: if thinking {
+                State::Think
+            } else {
+                State::Response
+            },
             header: None,
             call: None,
             calls: 0,
@@ -118,7 +122,9 @@ impl ReplyParser {
         let bytes = match tok.token_bytes(id) {
             Ok(b) => b,
             Err(_) => {
-                out.push(ReplyEvent::Warning(format!("id {id} is outside the vocabulary (skipped)")));
+                out.push(ReplyEvent::Warning(format!(
+                    "id {id} is outside the vocabulary (skipped)"
+                )));
                 return;
             }
         };
@@ -130,7 +136,11 @@ impl ReplyParser {
                 if let Some((_, raw)) = self.header.take() {
                     self.malformed(raw, "a tag header without <|sep|>", out);
                 }
-                let kind = if id == OPEN { Header::Open } else { Header::Close };
+                let kind = if id == OPEN {
+                    Header::Open
+                } else {
+                    Header::Close
+                };
                 self.header = Some((kind, bytes.to_vec()));
             }
             SEP => match self.header.take() {
@@ -226,7 +236,11 @@ impl ReplyParser {
         if s.is_empty() {
             return;
         }
-        out.push(if self.reasoning { ReplyEvent::Reasoning(s) } else { ReplyEvent::Content(s) });
+        out.push(if self.reasoning {
+            ReplyEvent::Reasoning(s)
+        } else {
+            ReplyEvent::Content(s)
+        });
     }
 
     fn malformed(&mut self, raw: Vec<u8>, why: &str, out: &mut Vec<ReplyEvent>) {
@@ -235,18 +249,24 @@ impl ReplyParser {
             drop(raw);
             let raw = call.raw;
             self.state = State::Call; // skip to close(call), bytes as content
-            out.push(ReplyEvent::Warning(format!("malformed tool call ({why}): kept as content")));
+            out.push(ReplyEvent::Warning(format!(
+                "malformed tool call ({why}): kept as content"
+            )));
             self.emit(false, &raw, out);
             return;
         }
-        out.push(ReplyEvent::Warning(format!("malformed markup ({why}): kept as content")));
+        out.push(ReplyEvent::Warning(format!(
+            "malformed markup ({why}): kept as content"
+        )));
         self.emit(false, &raw, out);
     }
 
     /// An unfinished call at the end: its bytes become content.
     fn abandon_call(&mut self, out: &mut Vec<ReplyEvent>) {
         if let Some(call) = self.call.take() {
-            out.push(ReplyEvent::Warning("unfinished tool call: kept as content".to_string()));
+            out.push(ReplyEvent::Warning(
+                "unfinished tool call: kept as content".to_string(),
+            ));
             self.emit(false, &call.raw, out);
             self.state = State::Tools;
         }
@@ -266,7 +286,11 @@ impl ReplyParser {
             (Header::Close, "message", State::AfterResponse) => State::AfterMessage,
             (Header::Open, "call", State::Tools) => match attr("tool").filter(|t| !t.is_empty()) {
                 Some(name) => {
-                    self.call = Some(Call { name, raw: raw.clone(), ..Call::default() });
+                    self.call = Some(Call {
+                        name,
+                        raw: raw.clone(),
+                        ..Call::default()
+                    });
                     State::Call
                 }
                 None => return self.malformed(raw, "a call without a tool name", out),
@@ -301,7 +325,9 @@ impl ReplyParser {
         let text = String::from_utf8_lossy(&call.value).into_owned();
         let value = match call.kind.as_str() {
             "string" => Some(Value::String(text)),
-            t => crate::json::parse(text.as_bytes()).ok().filter(|v| type_matches(t, v)),
+            t => crate::json::parse(text.as_bytes())
+                .ok()
+                .filter(|v| type_matches(t, v)),
         };
         match value {
             Some(v) => {
@@ -309,7 +335,11 @@ impl ReplyParser {
                 call.args.push((key, v));
                 self.state = State::Call;
             }
-            None => self.malformed(raw, "an argument value that does not parse as its type", out),
+            None => self.malformed(
+                raw,
+                "an argument value that does not parse as its type",
+                out,
+            ),
         }
     }
 
@@ -333,13 +363,23 @@ impl ReplyParser {
         };
         self.calls += 1;
         let index = self.calls;
-        out.push(ReplyEvent::ToolCallStart { index, name: call.name });
+        out.push(ReplyEvent::ToolCallStart {
+            index,
+            name: call.name,
+        });
         let mut obj = Object::new();
         for (key, value) in call.args {
-            out.push(ReplyEvent::ToolCallArgument { index, key: key.clone(), value: value.to_json() });
+            out.push(ReplyEvent::ToolCallArgument {
+                index,
+                key: key.clone(),
+                value: value.to_json(),
+            });
             obj.insert(key, value);
         }
-        out.push(ReplyEvent::ToolCallEnd { index, arguments: Value::Object(obj).to_json() });
+        out.push(ReplyEvent::ToolCallEnd {
+            index,
+            arguments: Value::Object(obj).to_json(),
+        });
     }
 }
 
@@ -358,10 +398,16 @@ fn type_matches(t: &str, v: &Value) -> bool {
 /// (`&quot;`, `&amp;` unescaped). `None` when it does not have that shape.
 fn parse_header(raw: &[u8]) -> Option<(String, Vec<(String, String)>)> {
     let s = std::str::from_utf8(raw).ok()?;
-    let s = s.strip_prefix("<|open|>").or_else(|| s.strip_prefix("<|close|>"))?;
+    let s = s
+        .strip_prefix("<|open|>")
+        .or_else(|| s.strip_prefix("<|close|>"))?;
     let s = s.strip_suffix("<|sep|>")?;
     let (tag, mut rest) = s.split_once(' ').map_or((s, ""), |(t, r)| (t, r));
-    if tag.is_empty() || !tag.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+    if tag.is_empty()
+        || !tag
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
         return None;
     }
     let mut attrs = Vec::new();
@@ -371,7 +417,10 @@ fn parse_header(raw: &[u8]) -> Option<(String, Vec<(String, String)>)> {
         if key.is_empty() || key.contains(' ') {
             return None;
         }
-        attrs.push((key.to_string(), value.replace("&quot;", "\"").replace("&amp;", "&")));
+        attrs.push((
+            key.to_string(),
+            value.replace("&quot;", "\"").replace("&amp;", "&"),
+        ));
         rest = match after.strip_prefix(' ') {
             Some(r) => r,
             None if after.is_empty() => "",

@@ -2,7 +2,8 @@
 //! exactly as the released model's reference encoder orders them.
 
 use super::jsontext;
-use super::messages::{Arguments, Message, Request, ResponseFormat, Role, Thinking, ToolCall, ToolChoice};
+use super::message::{Arguments, Message, Role, ToolCall};
+use super::messages::{Request, ResponseFormat, Thinking, ToolChoice};
 use super::{CLOSE, END_OF_MSG, OPEN, SEP};
 use crate::error::{Error, Result};
 use crate::json::Value;
@@ -80,12 +81,14 @@ impl Out {
     }
 }
 
-const TOOLS_HEAD: &str = "# Tools\nHere are the available tools, described in JSONSchema.\n\n```json\n";
+const TOOLS_HEAD: &str =
+    "# Tools\nHere are the available tools, described in JSONSchema.\n\n```json\n";
 const DYNAMIC_TOOLS_HEAD: &str = "## New Tools Available\nThe system dynamically extends the toolset via lazy-loading.\nYou have access to all existing and extended tools.\nHere are the specs for the extended tools.\n\n```json\n";
 const RESPONSE_FORMAT_HEAD: &str = "Your response must be raw JSON data without markdown code blocks (```json) or any additional formatting.";
 
 fn tool_declare(out: &mut Out, tools: &Value, head: &str, field: &str) -> Result<()> {
-    let json = jsontext::compact(tools, true).map_err(|e| Error::invalid(format!("{field}: {e}")))?;
+    let json =
+        jsontext::compact(tools, true).map_err(|e| Error::invalid(format!("{field}: {e}")))?;
     // Not trimmed: the reference writes the declaration body as is.
     out.open("message", &[("role", "system"), ("type", "tool-declare")]);
     out.text(&format!("{head}{json}\n```"));
@@ -103,7 +106,11 @@ fn tool_declare(out: &mut Out, tools: &Value, head: &str, field: &str) -> Result
 pub fn render(req: &Request, generation_prompt: bool) -> Result<Vec<Segment>> {
     let mut out = Out::default();
     let thinking = req.thinking != Thinking::Off;
-    if let Some(tools) = req.tools.as_ref().filter(|t| !t.as_array().is_some_and(<[Value]>::is_empty)) {
+    if let Some(tools) = req
+        .tools
+        .as_ref()
+        .filter(|t| !t.as_array().is_some_and(<[Value]>::is_empty))
+    {
         tool_declare(&mut out, tools, TOOLS_HEAD, "tools")?;
     }
     if let Thinking::On(effort) = req.thinking {
@@ -122,7 +129,12 @@ pub fn render(req: &Request, generation_prompt: bool) -> Result<Vec<Segment>> {
         match m.role {
             Role::System | Role::Developer if m.tools.is_some() => {
                 let tools = m.tools.as_ref().unwrap_or(&Value::Null);
-                tool_declare(&mut out, tools, DYNAMIC_TOOLS_HEAD, &format!("messages[{i}].tools"))?;
+                tool_declare(
+                    &mut out,
+                    tools,
+                    DYNAMIC_TOOLS_HEAD,
+                    &format!("messages[{i}].tools"),
+                )?;
                 if m.role == Role::Developer && m.content.is_some() {
                     role_message(&mut out, m, "system");
                 }
@@ -143,7 +155,10 @@ pub fn render(req: &Request, generation_prompt: bool) -> Result<Vec<Segment>> {
                     ))
                 })?;
                 let index = tool_index.to_string();
-                out.open("message", &[("role", "tool"), ("tool", name), ("index", &index)]);
+                out.open(
+                    "message",
+                    &[("role", "tool"), ("tool", name), ("index", &index)],
+                );
                 out.content(m);
                 out.close("message");
                 out.end();
@@ -206,7 +221,9 @@ fn assistant(out: &mut Out, m: &Message, thinking: bool, i: usize) -> Result<()>
                         let text = match value {
                             Value::String(s) => s.clone(),
                             v => jsontext::python_spaced(v).map_err(|e| {
-                                Error::invalid(format!("messages[{i}].tool_calls[{j}].function.arguments.{key}: {e}"))
+                                Error::invalid(format!(
+                                    "messages[{i}].tool_calls[{j}].function.arguments.{key}: {e}"
+                                ))
                             })?,
                         };
                         out.open("argument", &[("key", key), ("type", xtml_type(value))]);
@@ -255,7 +272,9 @@ fn tool_choice_and_format(out: &mut Out, req: &Request) -> Result<()> {
         None | Some(ResponseFormat::Text) => {}
         Some(ResponseFormat::JsonObject) => out.sysmsg(
             "response-format",
-            &format!("The system is invoked with `response_format=json_object`.\n{RESPONSE_FORMAT_HEAD}"),
+            &format!(
+                "The system is invoked with `response_format=json_object`.\n{RESPONSE_FORMAT_HEAD}"
+            ),
         ),
         Some(ResponseFormat::JsonSchema(schema)) => {
             let schema = jsontext::compact(schema, true)
@@ -294,12 +313,21 @@ fn ordered(messages: &[Message]) -> Vec<(usize, &Message, Option<&str>)> {
         // The first call with an id wins, as in the reference's index.
         let find = |id: &str| calls.iter().position(|c| c.id.as_deref() == Some(id));
         let run: Option<Vec<(usize, usize)>> = (start..i)
-            .map(|k| messages[k].tool_call_id.as_deref().and_then(find).map(|p| (p, k)))
+            .map(|k| {
+                messages[k]
+                    .tool_call_id
+                    .as_deref()
+                    .and_then(find)
+                    .map(|p| (p, k))
+            })
             .collect();
         match run {
             Some(mut run) => {
                 run.sort();
-                out.extend(run.into_iter().map(|(p, k)| (k, &messages[k], Some(calls[p].name.as_str()))));
+                out.extend(
+                    run.into_iter()
+                        .map(|(p, k)| (k, &messages[k], Some(calls[p].name.as_str()))),
+                );
             }
             None => out.extend((start..i).map(|k| (k, &messages[k], None))),
         }
