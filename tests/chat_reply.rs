@@ -52,7 +52,12 @@ fn ids(parts: &[P]) -> Vec<u32> {
                 segs.push(Segment::Special(chat::SEP));
                 out.extend(chat::encode(tok(), &segs).unwrap());
             }
-            P::Close(tag) => out.extend([chat::CLOSE].into_iter().chain(tok().encode(tag, false)).chain([chat::SEP])),
+            P::Close(tag) => out.extend(
+                [chat::CLOSE]
+                    .into_iter()
+                    .chain(tok().encode(tag, false))
+                    .chain([chat::SEP]),
+            ),
             P::Id(id) => out.push(*id),
         }
     }
@@ -103,36 +108,89 @@ fn warnings(ev: &[ReplyEvent]) -> usize {
 }
 
 fn without_warnings(ev: Vec<ReplyEvent>) -> Vec<ReplyEvent> {
-    merged(ev.into_iter().filter(|e| !matches!(e, Warning(_))).collect())
+    merged(
+        ev.into_iter()
+            .filter(|e| !matches!(e, Warning(_)))
+            .collect(),
+    )
 }
 
 #[test]
 fn thinking_then_response_then_eos() {
-    let ev = parse(true, &ids(&[P::T("Let me think… 2+2=4."), P::Close("think"), P::Open("response", &[]), P::T("The answer is 4."),
-        P::Close("response"), P::Close("message"), P::Id(chat::EOS)]));
-    assert_eq!(ev, vec![Reasoning("Let me think… 2+2=4.".into()), Content("The answer is 4.".into()), EndOfTurn(chat::EOS)]);
+    let ev = parse(
+        true,
+        &ids(&[
+            P::T("Let me think… 2+2=4."),
+            P::Close("think"),
+            P::Open("response", &[]),
+            P::T("The answer is 4."),
+            P::Close("response"),
+            P::Close("message"),
+            P::Id(chat::EOS),
+        ]),
+    );
+    assert_eq!(
+        ev,
+        vec![
+            Reasoning("Let me think… 2+2=4.".into()),
+            Content("The answer is 4.".into()),
+            EndOfTurn(chat::EOS)
+        ]
+    );
 }
 
 #[test]
 fn thinking_off_ends_with_end_of_msg() {
-    let ev = parse(false, &ids(&[P::T("Hi 你好 🚀"), P::Close("response"), P::Close("message"), P::Id(chat::END_OF_MSG)]));
-    assert_eq!(ev, vec![Content("Hi 你好 🚀".into()), EndOfTurn(chat::END_OF_MSG)]);
+    let ev = parse(
+        false,
+        &ids(&[
+            P::T("Hi 你好 🚀"),
+            P::Close("response"),
+            P::Close("message"),
+            P::Id(chat::END_OF_MSG),
+        ]),
+    );
+    assert_eq!(
+        ev,
+        vec![Content("Hi 你好 🚀".into()), EndOfTurn(chat::END_OF_MSG)]
+    );
 }
 
 #[test]
 fn empty_think_channel_and_literal_specials_in_text_stay_text() {
-    let ev = parse(true, &ids(&[P::Close("think"), P::Open("response", &[]), P::T("type <|open|> and [EOS] as text"), P::Close("response"),
-        P::Close("message"), P::Id(chat::EOS)]));
-    assert_eq!(ev, vec![Content("type <|open|> and [EOS] as text".into()), EndOfTurn(chat::EOS)]);
+    let ev = parse(
+        true,
+        &ids(&[
+            P::Close("think"),
+            P::Open("response", &[]),
+            P::T("type <|open|> and [EOS] as text"),
+            P::Close("response"),
+            P::Close("message"),
+            P::Id(chat::EOS),
+        ]),
+    );
+    assert_eq!(
+        ev,
+        vec![
+            Content("type <|open|> and [EOS] as text".into()),
+            EndOfTurn(chat::EOS)
+        ]
+    );
 }
 
-fn call_parts<'a>(name: &'a str, index: &'a str, args: &'a [(&'a str, &'a str, &'a str)]) -> Vec<P<'a>> {
+fn call_parts<'a>(
+    name: &'a str,
+    index: &'a str,
+    args: &'a [(&'a str, &'a str, &'a str)],
+) -> Vec<P<'a>> {
     let mut v = Vec::new();
     // Leaked attribute lists keep the helper short; tests are short-lived.
-    let call_attrs: &'a [(&'a str, &'a str)] = Box::leak(vec![("tool", name), ("index", index)].into_boxed_slice());
+    let call_attrs: &'a [(&'a str, &'a str)] =
+        Box::leak(vec![("tool", name), ("index", index)].into_boxed_slice());
     v.push(P::Open("call", call_attrs));
     for (k, t, val) in args {
-        let attrs: &'a [(&'a str, &'a str)] = Box::leak(vec![("key", *k), ("type", *t)].into_boxed_slice());
+        let attrs: &'a [(&'a str, &'a str)] =
+            Box::leak(vec![("key", *k), ("type", *t)].into_boxed_slice());
         v.push(P::Open("argument", attrs));
         v.push(P::T(val));
         v.push(P::Close("argument"));
@@ -143,9 +201,27 @@ fn call_parts<'a>(name: &'a str, index: &'a str, args: &'a [(&'a str, &'a str, &
 
 #[test]
 fn tool_calls_of_every_argument_type_and_a_json_block() {
-    let mut parts = vec![P::T("plan"), P::Close("think"), P::Open("response", &[]), P::T("Calling."), P::Close("response"), P::Open("tools", &[])];
-    parts.extend(call_parts("get_weather", "1", &[("city", "string", "Paris \"centre\" & 日本"), ("n", "number", "-1.5e3"), ("ok", "boolean", "true"),
-        ("none", "null", "null"), ("o", "object", "{\"a\": [1, {\"b\": null}]}"), ("arr", "array", "[1, \"x\", false]"), ("we\"ird&key", "string", "")]));
+    let mut parts = vec![
+        P::T("plan"),
+        P::Close("think"),
+        P::Open("response", &[]),
+        P::T("Calling."),
+        P::Close("response"),
+        P::Open("tools", &[]),
+    ];
+    parts.extend(call_parts(
+        "get_weather",
+        "1",
+        &[
+            ("city", "string", "Paris \"centre\" & 日本"),
+            ("n", "number", "-1.5e3"),
+            ("ok", "boolean", "true"),
+            ("none", "null", "null"),
+            ("o", "object", "{\"a\": [1, {\"b\": null}]}"),
+            ("arr", "array", "[1, \"x\", false]"),
+            ("we\"ird&key", "string", ""),
+        ],
+    ));
     parts.push(P::Open("call", &[("tool", "calc-v2"), ("index", "2")]));
     parts.push(P::Open("json", &[("type", "object")]));
     parts.push(P::T("{\"expr\": \"6*7\", \"n\": 2}"));
@@ -153,7 +229,11 @@ fn tool_calls_of_every_argument_type_and_a_json_block() {
     parts.push(P::Close("call"));
     parts.extend([P::Close("tools"), P::Close("message"), P::Id(chat::EOS)]);
     let ev = parse(true, &ids(&parts));
-    let arg = |k: &str, v: &str| ToolCallArgument { index: 1, key: k.into(), value: v.into() };
+    let arg = |k: &str, v: &str| ToolCallArgument {
+        index: 1,
+        key: k.into(),
+        value: v.into(),
+    };
     assert_eq!(ev, vec![
         Reasoning("plan".into()),
         Content("Calling.".into()),
@@ -177,16 +257,47 @@ fn tool_calls_of_every_argument_type_and_a_json_block() {
 #[test]
 fn utf8_split_across_ids_is_never_emitted_half() {
     // "é" = C3 A9, "🚀" = F0 9F 9A 80, split byte by byte, then an invalid byte and a cut tail.
-    let ev = parse(true, &ids(&[P::Bytes(b"a\xC3"), P::Bytes(b"\xA9\xF0\x9F"), P::Bytes(b"\x9A\x80"), P::Close("think"), P::Open("response", &[]),
-        P::Bytes(b"x\xFFy\xE2\x82")]));
-    assert_eq!(ev, vec![Reasoning("aé🚀".into()), Content("x\u{FFFD}y\u{FFFD}".into())]);
+    let ev = parse(
+        true,
+        &ids(&[
+            P::Bytes(b"a\xC3"),
+            P::Bytes(b"\xA9\xF0\x9F"),
+            P::Bytes(b"\x9A\x80"),
+            P::Close("think"),
+            P::Open("response", &[]),
+            P::Bytes(b"x\xFFy\xE2\x82"),
+        ]),
+    );
+    assert_eq!(
+        ev,
+        vec![
+            Reasoning("aé🚀".into()),
+            Content("x\u{FFFD}y\u{FFFD}".into())
+        ]
+    );
 }
 
 #[test]
 fn unknown_tag_is_content_with_a_warning() {
-    let ev = parse(false, &ids(&[P::T("a"), P::Open("image", &[("src", "x")]), P::T("b"), P::Close("response"), P::Close("message"), P::Id(chat::EOS)]));
+    let ev = parse(
+        false,
+        &ids(&[
+            P::T("a"),
+            P::Open("image", &[("src", "x")]),
+            P::T("b"),
+            P::Close("response"),
+            P::Close("message"),
+            P::Id(chat::EOS),
+        ]),
+    );
     assert_eq!(warnings(&ev), 1, "{ev:?}");
-    assert_eq!(without_warnings(ev), vec![Content("a<|open|>image src=\"x\"<|sep|>b".into()), EndOfTurn(chat::EOS)]);
+    assert_eq!(
+        without_warnings(ev),
+        vec![
+            Content("a<|open|>image src=\"x\"<|sep|>b".into()),
+            EndOfTurn(chat::EOS)
+        ]
+    );
 }
 
 #[test]
@@ -199,24 +310,58 @@ fn argument_that_does_not_parse_is_content_and_the_next_call_still_parses() {
     let ev = parse(false, &reply);
     assert_eq!(warnings(&ev), 1, "{ev:?}");
     let ev = without_warnings(ev);
-    let raw = tok().decode_lossy(&ids(&call_parts("f", "1", &[("n", "number", "twelve")]))).unwrap();
-    assert_eq!(ev, vec![
-        Content(raw),
-        ToolCallStart { index: 1, name: "g".into() },
-        ToolCallArgument { index: 1, key: "s".into(), value: "\"ok\"".into() },
-        ToolCallEnd { index: 1, arguments: "{\"s\":\"ok\"}".into() },
-        EndOfTurn(chat::EOS),
-    ]);
+    let raw = tok()
+        .decode_lossy(&ids(&call_parts("f", "1", &[("n", "number", "twelve")])))
+        .unwrap();
+    assert_eq!(
+        ev,
+        vec![
+            Content(raw),
+            ToolCallStart {
+                index: 1,
+                name: "g".into()
+            },
+            ToolCallArgument {
+                index: 1,
+                key: "s".into(),
+                value: "\"ok\"".into()
+            },
+            ToolCallEnd {
+                index: 1,
+                arguments: "{\"s\":\"ok\"}".into()
+            },
+            EndOfTurn(chat::EOS),
+        ]
+    );
 }
 
 #[test]
 fn call_without_a_name_is_content_with_a_warning() {
-    let mut parts = vec![P::Close("response"), P::Open("tools", &[]), P::Open("call", &[("index", "1")]), P::Open("argument", &[("key", "k"), ("type", "string")]),
-        P::T("v"), P::Close("argument"), P::Close("call"), P::Close("tools"), P::Close("message"), P::Id(chat::EOS)];
+    let mut parts = vec![
+        P::Close("response"),
+        P::Open("tools", &[]),
+        P::Open("call", &[("index", "1")]),
+        P::Open("argument", &[("key", "k"), ("type", "string")]),
+        P::T("v"),
+        P::Close("argument"),
+        P::Close("call"),
+        P::Close("tools"),
+        P::Close("message"),
+        P::Id(chat::EOS),
+    ];
     let ev = parse(false, &ids(&parts));
     assert!(warnings(&ev) >= 1);
     assert!(ev.iter().all(|e| !matches!(e, ToolCallStart { .. })));
-    let text: String = ev.iter().filter_map(|e| if let Content(s) = e { Some(s.as_str()) } else { None }).collect();
+    let text: String = ev
+        .iter()
+        .filter_map(|e| {
+            if let Content(s) = e {
+                Some(s.as_str())
+            } else {
+                None
+            }
+        })
+        .collect();
     parts.truncate(7);
     let want = tok().decode_lossy(&ids(&parts[2..])).unwrap();
     assert_eq!(text, want, "every byte of the bad call is content");
@@ -224,8 +369,18 @@ fn call_without_a_name_is_content_with_a_warning() {
 
 #[test]
 fn json_block_that_is_not_an_object_is_content() {
-    let parts = [P::Close("response"), P::Open("tools", &[]), P::Open("call", &[("tool", "f"), ("index", "1")]), P::Open("json", &[("type", "object")]),
-        P::T("[1, 2]"), P::Close("json"), P::Close("call"), P::Close("tools"), P::Close("message"), P::Id(chat::EOS)];
+    let parts = [
+        P::Close("response"),
+        P::Open("tools", &[]),
+        P::Open("call", &[("tool", "f"), ("index", "1")]),
+        P::Open("json", &[("type", "object")]),
+        P::T("[1, 2]"),
+        P::Close("json"),
+        P::Close("call"),
+        P::Close("tools"),
+        P::Close("message"),
+        P::Id(chat::EOS),
+    ];
     let ev = parse(false, &ids(&parts));
     assert_eq!(warnings(&ev), 1);
     assert!(ev.iter().all(|e| !matches!(e, ToolCallStart { .. })));
@@ -234,32 +389,100 @@ fn json_block_that_is_not_an_object_is_content() {
 
 #[test]
 fn stray_structure_tokens_are_content() {
-    let ev = parse(false, &ids(&[P::T("a"), P::Id(chat::SEP), P::T("b"), P::Id(chat::OPEN), P::T("resp"), P::Id(chat::EOS), P::T("after")]));
+    let ev = parse(
+        false,
+        &ids(&[
+            P::T("a"),
+            P::Id(chat::SEP),
+            P::T("b"),
+            P::Id(chat::OPEN),
+            P::T("resp"),
+            P::Id(chat::EOS),
+            P::T("after"),
+        ]),
+    );
     assert!(warnings(&ev) >= 3, "{ev:?}");
-    assert_eq!(without_warnings(ev), vec![Content("a<|sep|>b<|open|>resp".into()), EndOfTurn(chat::EOS), Content("after".into())]);
+    assert_eq!(
+        without_warnings(ev),
+        vec![
+            Content("a<|sep|>b<|open|>resp".into()),
+            EndOfTurn(chat::EOS),
+            Content("after".into())
+        ]
+    );
 }
 
 #[test]
 fn reply_cut_by_the_limit_keeps_every_byte() {
-    let parts = [P::T("think"), P::Close("think"), P::Open("response", &[]), P::T("partial answer"), P::Close("response"), P::Open("tools", &[]),
-        P::Open("call", &[("tool", "f"), ("index", "1")]), P::Open("argument", &[("key", "k"), ("type", "string")]), P::T("val")];
+    let parts = [
+        P::T("think"),
+        P::Close("think"),
+        P::Open("response", &[]),
+        P::T("partial answer"),
+        P::Close("response"),
+        P::Open("tools", &[]),
+        P::Open("call", &[("tool", "f"), ("index", "1")]),
+        P::Open("argument", &[("key", "k"), ("type", "string")]),
+        P::T("val"),
+    ];
     let reply = ids(&parts);
     let ev = parse(true, &reply);
     assert_eq!(warnings(&ev), 1);
     let ev = without_warnings(ev);
     let tail = tok().decode_lossy(&ids(&parts[6..])).unwrap();
-    assert_eq!(ev, [Reasoning("think".into()), Content(format!("partial answer{tail}"))]);
+    assert_eq!(
+        ev,
+        [
+            Reasoning("think".into()),
+            Content(format!("partial answer{tail}"))
+        ]
+    );
 }
 
 #[test]
 fn id_outside_the_vocabulary_is_a_warning() {
     let ev = parse(false, &[tok().encode("a", false)[0], 999_999]);
-    assert_eq!(ev, vec![Content("a".into()), Warning("id 999999 is outside the vocabulary (skipped)".into())]);
+    assert_eq!(
+        ev,
+        vec![
+            Content("a".into()),
+            Warning("id 999999 is outside the vocabulary (skipped)".into())
+        ]
+    );
 }
 
 fn alphabet() -> Vec<u32> {
-    let mut a = vec![chat::OPEN, chat::CLOSE, chat::SEP, chat::END_OF_MSG, chat::EOS, 163_584, 999_999];
-    for w in ["think", "response", "tools", "call", "argument", "json", "message", " tool", " key", " type", " index", "=\"", "\"", "f", "string", "number", "1", "{\"a\": 1}", "你好", " "] {
+    let mut a = vec![
+        chat::OPEN,
+        chat::CLOSE,
+        chat::SEP,
+        chat::END_OF_MSG,
+        chat::EOS,
+        163_584,
+        999_999,
+    ];
+    for w in [
+        "think",
+        "response",
+        "tools",
+        "call",
+        "argument",
+        "json",
+        "message",
+        " tool",
+        " key",
+        " type",
+        " index",
+        "=\"",
+        "\"",
+        "f",
+        "string",
+        "number",
+        "1",
+        "{\"a\": 1}",
+        "你好",
+        " ",
+    ] {
         a.extend(tok().encode(w, false));
     }
     a.extend([0xC3u8, 0xA9, 0xF0, 0x9F, 0x80, 0xFF].map(byte_id));

@@ -18,7 +18,11 @@ fn cases() -> &'static Vec<Value> {
     static C: OnceLock<Vec<Value>> = OnceLock::new();
     C.get_or_init(|| {
         let bytes = std::fs::read(support::fixture("chat/cases.json")).unwrap();
-        k3::json::parse(&bytes).unwrap().as_array().unwrap().to_vec()
+        k3::json::parse(&bytes)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .to_vec()
     })
 }
 
@@ -30,7 +34,9 @@ fn case(name: &str) -> &'static Value {
 }
 
 fn generation_prompt(c: &Value) -> bool {
-    c.get("generation_prompt").and_then(Value::as_bool).unwrap_or(true)
+    c.get("generation_prompt")
+        .and_then(Value::as_bool)
+        .unwrap_or(true)
 }
 
 fn ours(c: &Value) -> k3::Result<(Vec<Segment>, Vec<u32>)> {
@@ -48,7 +54,12 @@ fn fixture_ids(c: &Value) -> Vec<u32> {
 }
 
 fn fixture_segments(c: &Value) -> Vec<Segment> {
-    let names = [("<|end_of_msg|>", chat::END_OF_MSG), ("<|open|>", chat::OPEN), ("<|close|>", chat::CLOSE), ("<|sep|>", chat::SEP)];
+    let names = [
+        ("<|end_of_msg|>", chat::END_OF_MSG),
+        ("<|open|>", chat::OPEN),
+        ("<|close|>", chat::CLOSE),
+        ("<|sep|>", chat::SEP),
+    ];
     c.get("segments")
         .and_then(Value::as_array)
         .unwrap()
@@ -56,7 +67,13 @@ fn fixture_segments(c: &Value) -> Vec<Segment> {
         .map(|s| match (s.get("special"), s.get("text")) {
             (Some(n), _) => {
                 let n = n.as_str().unwrap();
-                Segment::Special(names.iter().find(|x| x.0 == n).map(|x| x.1).unwrap_or(u32::MAX))
+                Segment::Special(
+                    names
+                        .iter()
+                        .find(|x| x.0 == n)
+                        .map(|x| x.1)
+                        .unwrap_or(u32::MAX),
+                )
             }
             (_, Some(t)) => Segment::Text(t.as_str().unwrap().to_string()),
             _ => panic!("bad segment {s}"),
@@ -66,7 +83,9 @@ fn fixture_segments(c: &Value) -> Vec<Segment> {
 
 #[test]
 fn fixtures_cover_the_issue() {
-    let rendered = cases().iter().filter(|c| c.get("ids").is_some() && c.get("k3_refuses").is_none());
+    let rendered = cases()
+        .iter()
+        .filter(|c| c.get("ids").is_some() && c.get("k3_refuses").is_none());
     assert!(rendered.count() >= 60, "at least 60 rendered conversations");
 }
 
@@ -78,7 +97,10 @@ fn every_rendered_conversation_matches_the_oracle_id_for_id() {
         if c.get("k3_refuses").is_some() {
             continue;
         }
-        assert!(c.get("oracle_error").is_none(), "{name}: the oracle refuses it but k3_refuses is not set");
+        assert!(
+            c.get("oracle_error").is_none(),
+            "{name}: the oracle refuses it but k3_refuses is not set"
+        );
         let (segs, ids) = ours(c).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(segs, fixture_segments(c), "{name}: segments");
         assert_eq!(ids, fixture_ids(c), "{name}: ids");
@@ -104,7 +126,10 @@ fn check_refusal(c: &Value, field: &str) {
         Err(e) => {
             assert_eq!(e.exit_code(), 2, "{name}: {e}");
             let msg = e.to_string();
-            assert!(msg.starts_with(&format!("{field}: ")), "{name}: `{msg}` does not name {field}");
+            assert!(
+                msg.starts_with(&format!("{field}: ")),
+                "{name}: `{msg}` does not name {field}"
+            );
         }
     }
 }
@@ -160,7 +185,8 @@ fn write(dir: &std::path::Path, name: &str, text: &str) -> std::path::PathBuf {
 
 fn template(args: &[&std::ffi::OsStr]) -> std::process::Output {
     let tok = support::fixture("tiny-k3-text");
-    let mut all: Vec<&std::ffi::OsStr> = vec!["template".as_ref(), "--tok".as_ref(), tok.as_os_str()];
+    let mut all: Vec<&std::ffi::OsStr> =
+        vec!["template".as_ref(), "--tok".as_ref(), tok.as_os_str()];
     all.extend_from_slice(args);
     support::run_k3(all)
 }
@@ -172,12 +198,31 @@ fn ids_line(ids: &[u32]) -> String {
 #[test]
 fn template_prints_the_fixture_ids() {
     let dir = support::scratch_dir("chat_template_prints");
-    for name in ["tools_nested_sorted", "args_every_type_string", "tool_loop_final_answer", "response_format_json_schema", "partial_cjk_emoji", "effort_precedence_top_over_kwargs"] {
+    for name in [
+        "tools_nested_sorted",
+        "args_every_type_string",
+        "tool_loop_final_answer",
+        "response_format_json_schema",
+        "partial_cjk_emoji",
+        "effort_precedence_top_over_kwargs",
+    ] {
         let c = case(name);
-        let p = write(&dir, &format!("{name}.json"), &c.get("request").unwrap().to_json());
-        let out = template(&[ "--messages".as_ref(), p.as_os_str()]);
-        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
-        assert_eq!(String::from_utf8_lossy(&out.stdout), ids_line(&fixture_ids(c)), "{name}");
+        let p = write(
+            &dir,
+            &format!("{name}.json"),
+            &c.get("request").unwrap().to_json(),
+        );
+        let out = template(&["--messages".as_ref(), p.as_os_str()]);
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            ids_line(&fixture_ids(c)),
+            "{name}"
+        );
     }
 }
 
@@ -189,48 +234,118 @@ fn template_flags_thinking_tools_and_generation_prompt() {
         let mut a: Vec<&std::ffi::OsStr> = vec!["--messages".as_ref(), msgs.as_os_str()];
         a.extend(extra.iter().map(|s| std::ffi::OsStr::new(*s)));
         let out = template(&a);
-        assert!(out.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap()
     };
-    assert_eq!(run(&["--thinking", "off"]), ids_line(&fixture_ids(case("thinking_off"))));
-    assert_eq!(run(&["--thinking", "low"]), ids_line(&fixture_ids(case("effort_low"))));
+    assert_eq!(
+        run(&["--thinking", "off"]),
+        ids_line(&fixture_ids(case("thinking_off")))
+    );
+    assert_eq!(
+        run(&["--thinking", "low"]),
+        ids_line(&fixture_ids(case("effort_low")))
+    );
     assert_eq!(run(&[]), ids_line(&fixture_ids(case("user_only_hi"))));
     let no_gen = run(&["--no-generation-prompt"]);
     let full = run(&[]);
     assert!(full.starts_with(no_gen.trim_end()) && full.len() > no_gen.len());
     // --tools FILE declares the tools of the body form.
     let c = case("tools_basic");
-    let tools = write(&dir, "tools.json", &c.get("request").unwrap().get("tools").unwrap().to_json());
-    let body = write(&dir, "b.json", r#"[{"role": "user", "content": "Weather in Paris?"}]"#);
-    let out = template(&["--messages".as_ref(), body.as_os_str(), "--tools".as_ref(), tools.as_os_str()]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout), ids_line(&fixture_ids(c)));
+    let tools = write(
+        &dir,
+        "tools.json",
+        &c.get("request").unwrap().get("tools").unwrap().to_json(),
+    );
+    let body = write(
+        &dir,
+        "b.json",
+        r#"[{"role": "user", "content": "Weather in Paris?"}]"#,
+    );
+    let out = template(&[
+        "--messages".as_ref(),
+        body.as_os_str(),
+        "--tools".as_ref(),
+        tools.as_os_str(),
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        ids_line(&fixture_ids(c))
+    );
 }
 
 #[test]
 fn template_bad_input_exits_2_naming_the_field() {
     let dir = support::scratch_dir("chat_template_bad");
     let cases: &[(&str, &str, &str)] = &[
-        ("role", r#"[{"role": "user", "content": "a"}, {"role": "robot", "content": "b"}]"#, "messages[1].role: unknown role"),
-        ("noname", r#"[{"role": "assistant", "content": "", "tool_calls": [{"function": {"arguments": "{}"}}]}]"#, "messages[0].tool_calls[0].function.name"),
-        ("twice", r#"{"messages": [{"role": "user", "content": "a"}], "tools": [{"name": "f"}, {"name": "f"}]}"#, "tools[1].name: tool \"f\" is declared more than once"),
-        ("medium", r#"{"messages": [{"role": "user", "content": "a"}], "reasoning_effort": "medium"}"#, "reasoning_effort: unsupported thinking effort \"medium\""),
-        ("partial", r#"[{"role": "assistant", "content": "a", "partial": true}, {"role": "user", "content": "b"}]"#, "messages[0].partial: only the final message"),
-        ("notjson", "[{\"role\": \"user\", \"content\": \"a\"},]", "invalid JSON at byte 34"),
-        ("badname", r#"{"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "function", "function": {"name": "a.b"}}]}"#, "tools[0].function.name: tool name \"a.b\" must match"),
-        ("image", r#"[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]"#, "messages[0].content[0].type: image parts"),
-        ("surrogate", r#"[{"role": "user", "content": "a\ud800"}]"#, "invalid JSON at byte"),
+        (
+            "role",
+            r#"[{"role": "user", "content": "a"}, {"role": "robot", "content": "b"}]"#,
+            "messages[1].role: unknown role",
+        ),
+        (
+            "noname",
+            r#"[{"role": "assistant", "content": "", "tool_calls": [{"function": {"arguments": "{}"}}]}]"#,
+            "messages[0].tool_calls[0].function.name",
+        ),
+        (
+            "twice",
+            r#"{"messages": [{"role": "user", "content": "a"}], "tools": [{"name": "f"}, {"name": "f"}]}"#,
+            "tools[1].name: tool \"f\" is declared more than once",
+        ),
+        (
+            "medium",
+            r#"{"messages": [{"role": "user", "content": "a"}], "reasoning_effort": "medium"}"#,
+            "reasoning_effort: unsupported thinking effort \"medium\"",
+        ),
+        (
+            "partial",
+            r#"[{"role": "assistant", "content": "a", "partial": true}, {"role": "user", "content": "b"}]"#,
+            "messages[0].partial: only the final message",
+        ),
+        (
+            "notjson",
+            "[{\"role\": \"user\", \"content\": \"a\"},]",
+            "invalid JSON at byte 34",
+        ),
+        (
+            "badname",
+            r#"{"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "function", "function": {"name": "a.b"}}]}"#,
+            "tools[0].function.name: tool name \"a.b\" must match",
+        ),
+        (
+            "image",
+            r#"[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]"#,
+            "messages[0].content[0].type: image parts",
+        ),
+        (
+            "surrogate",
+            r#"[{"role": "user", "content": "a\ud800"}]"#,
+            "invalid JSON at byte",
+        ),
     ];
     for (name, text, want) in cases {
         let p = write(&dir, &format!("{name}.json"), text);
         let out = template(&["--messages".as_ref(), p.as_os_str()]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{name}: {err}");
-        assert!(err.contains(&format!("{}: ", p.display())), "{name}: no file in `{err}`");
+        assert!(
+            err.contains(&format!("{}: ", p.display())),
+            "{name}: no file in `{err}`"
+        );
         assert!(err.contains(want), "{name}: `{err}` lacks `{want}`");
         assert!(out.stdout.is_empty(), "{name}");
     }
     let p = write(&dir, "ok.json", r#"[{"role": "user", "content": "a"}]"#);
-    let out = template(&["--messages".as_ref(), p.as_os_str(), "--thinking".as_ref(), "medium".as_ref()]);
+    let out = template(&[
+        "--messages".as_ref(),
+        p.as_os_str(),
+        "--thinking".as_ref(),
+        "medium".as_ref(),
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--thinking"));
 }

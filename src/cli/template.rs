@@ -51,14 +51,24 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     let tok_dir = required("tok", "DIR")?;
     let messages = required("messages", "FILE")?;
     let mut body = read_json(&messages)?;
-    if let Some(t) = a.value("thinking")? {
-        set_thinking(&mut body, &t)?;
-    }
     let ctx = |e: Error| e.context(messages.display());
+    if let Some(t) = a.value("thinking")? {
+        let kw = match t.as_str() {
+            "off" => Object::new().with("thinking", false),
+            e if chat::Effort::parse(e).is_some() => Object::new()
+                .with("thinking", true)
+                .with("thinking_effort", e),
+            other => return Err(Error::invalid(format!(
+                "flag `--thinking`: unsupported value `{other}` (expected low, high, max or off)"
+            ))),
+        };
+        set_thinking(&mut body, kw).map_err(ctx)?;
+    }
     let mut req = Request::from_json(&body).map_err(ctx)?;
     if let Some(path) = a.value_os("tools").map(PathBuf::from) {
         let tools = read_json(&path)?;
-        req.set_tools(tools).map_err(|e| e.context(path.display()))?;
+        req.set_tools(tools)
+            .map_err(|e| e.context(path.display()))?;
     }
     let segments = chat::render(&req, !a.switch("no-generation-prompt")).map_err(ctx)?;
     let tok = Tokenizer::load(&tok_dir)?;
@@ -67,25 +77,24 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     crate::cli::write_stdout(format!("{line}\n").as_bytes())
 }
 
-/// `--thinking EFFORT|off` → `chat_template_kwargs.thinking` / `thinking_effort` of the body
-/// (a bare message array becomes `{"messages": …}`).
-fn set_thinking(body: &mut Value, t: &str) -> Result<()> {
-    let kw = match t {
-        "off" => Object::new().with("thinking", false),
-        e if chat::Effort::parse(e).is_some() => Object::new().with("thinking", true).with("thinking_effort", e),
-        other => {
-            return Err(Error::invalid(format!(
-                "flag `--thinking`: unsupported value `{other}` (expected low, high, max or off)"
-            )))
-        }
-    };
+/// `--thinking EFFORT|off` as template arguments `kw` merged into the body's
+/// `chat_template_kwargs` (a bare message array becomes `{"messages": …}`).
+///
+/// Errors: `chat_template_kwargs` present but not an object.
+fn set_thinking(body: &mut Value, kw: Object) -> Result<()> {
     if let Value::Array(_) = body {
         *body = Value::Object(Object::new().with("messages", std::mem::take(body)));
     }
     if let Some(o) = body.as_object_mut() {
         let mut merged = match o.remove("chat_template_kwargs") {
             Some(Value::Object(k)) => k,
-            _ => Object::new(),
+            None | Some(Value::Null) => Object::new(),
+            Some(v) => {
+                return Err(Error::invalid(format!(
+                    "chat_template_kwargs: expected object, found {}",
+                    v.type_name()
+                )))
+            }
         };
         for (k, v) in kw.iter() {
             merged.insert(k, v.clone());
