@@ -64,17 +64,8 @@ fn ids(parts: &[P]) -> Vec<u32> {
     out
 }
 
-/// Adjacent texts of one kind merged: the events independent of how text was split.
 fn merged(events: Vec<ReplyEvent>) -> Vec<ReplyEvent> {
-    let mut out: Vec<ReplyEvent> = Vec::new();
-    for e in events {
-        match (out.last_mut(), &e) {
-            (Some(ReplyEvent::Reasoning(a)), ReplyEvent::Reasoning(b)) => a.push_str(b),
-            (Some(ReplyEvent::Content(a)), ReplyEvent::Content(b)) => a.push_str(b),
-            _ => out.push(e),
-        }
-    }
-    out
+    chat::reply::coalesce(events)
 }
 
 /// Parses one id at a time and all at once; both must agree (after merging texts).
@@ -509,4 +500,57 @@ proptest! {
         let text: String = ev.iter().filter_map(|e| if let Content(s) = e { Some(s.as_str()) } else { None }).collect();
         prop_assert_eq!(text, tok().decode_lossy(&reply).unwrap());
     }
+}
+
+/// A reply cut anywhere is closed by `closing()` so that it ends like a finished turn.
+#[test]
+fn closing_ends_a_cut_reply_like_a_finished_turn() {
+    let full = [
+        P::T("why"),
+        P::Close("think"),
+        P::Open("response", &[]),
+        P::T("ans"),
+        P::Close("response"),
+        P::Open("tools", &[]),
+        P::Open("call", &[("tool", "f"), ("index", "1")]),
+        P::Open("argument", &[("key", "k"), ("type", "string")]),
+        P::T("v"),
+        P::Close("argument"),
+        P::Close("call"),
+        P::Close("tools"),
+        P::Close("message"),
+    ];
+    let all = ids(&full);
+    for cut in 0..=all.len() {
+        let mut p = ReplyParser::new(true);
+        let mut ev = Vec::new();
+        p.push_all(tok(), &all[..cut], &mut ev);
+        let mut closed = all[..cut].to_vec();
+        closed.extend(chat::encode(tok(), &p.closing()).unwrap());
+        let ev = parse(true, &closed);
+        assert_eq!(
+            ev.last(),
+            Some(&EndOfTurn(chat::END_OF_MSG)),
+            "cut {cut}: {ev:?}"
+        );
+        assert!(ReplyParser::new(true).closing().len() > 3);
+    }
+    // Cut inside the think channel: no warning, the turn closes cleanly.
+    let cut = ids(&full[..1]);
+    let mut p = ReplyParser::new(true);
+    p.push_all(tok(), &cut, &mut Vec::new());
+    let mut closed = cut.clone();
+    closed.extend(chat::encode(tok(), &p.closing()).unwrap());
+    assert_eq!(
+        parse(true, &closed),
+        vec![Reasoning("why".into()), EndOfTurn(chat::END_OF_MSG)]
+    );
+    // After the end id there is nothing to close.
+    let mut p = ReplyParser::new(false);
+    p.push_all(
+        tok(),
+        &ids(&[P::Close("response"), P::Close("message"), P::Id(chat::EOS)]),
+        &mut Vec::new(),
+    );
+    assert!(p.closing().is_empty());
 }

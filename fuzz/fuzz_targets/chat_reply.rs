@@ -1,5 +1,6 @@
 //! Chat (TOKENIZER.md §10, §13): the reply parser never panics on any id sequence and gives
-//! the same events fed one id at a time or all at once, with every text event non-empty; the
+//! the same events fed one id at a time or all at once, with every text event non-empty, and
+//! `closing()` always ends the turn; the
 //! template never panics on any request JSON (odd first byte).
 #![no_main]
 use k3::chat::{self, ReplyEvent, ReplyParser, Request};
@@ -26,18 +27,6 @@ fn alphabet() -> &'static Vec<u32> {
         }
         a
     })
-}
-
-fn merged(events: Vec<ReplyEvent>) -> Vec<ReplyEvent> {
-    let mut out: Vec<ReplyEvent> = Vec::new();
-    for e in events {
-        match (out.last_mut(), &e) {
-            (Some(ReplyEvent::Reasoning(a)), ReplyEvent::Reasoning(b)) => a.push_str(b),
-            (Some(ReplyEvent::Content(a)), ReplyEvent::Content(b)) => a.push_str(b),
-            _ => out.push(e),
-        }
-    }
-    out
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -78,5 +67,12 @@ fuzz_target!(|data: &[u8]| {
     let mut ev2 = Vec::new();
     all.push_all(t, &ids, &mut ev2);
     all.finish(&mut ev2);
-    assert_eq!(merged(ev1), merged(ev2));
+    assert_eq!(chat::reply::coalesce(ev1), chat::reply::coalesce(ev2));
+    // Closing a reply cut here always ends the turn.
+    let mut cut = ReplyParser::new(thinking);
+    let mut ev3 = Vec::new();
+    cut.push_all(t, &ids, &mut ev3);
+    let closing = chat::encode(t, &cut.closing()).expect("fixture has the chat specials");
+    cut.push_all(t, &closing, &mut ev3);
+    assert!(cut.done());
 });

@@ -5,6 +5,7 @@
 //! stray token, an argument that does not parse, a call without a name) becomes content
 //! plus a [`ReplyEvent::Warning`]: every byte of the reply reaches an event, nothing panics.
 
+use super::template::Segment;
 use super::{CLOSE, END_OF_MSG, EOS, OPEN, SEP};
 use crate::json::{Object, Value};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
@@ -188,6 +189,62 @@ impl ReplyParser {
         }
         self.abandon_call(out);
         self.flush(out);
+    }
+
+    /// The segments that close what the reply left open, so that a reply stopped early
+    /// (a reply limit, an interrupt) ends like a finished turn before the next one: a cut tag
+    /// header gets its `<|sep|>`, then close(`argument`/`json`), close(`call`), close(`tools`),
+    /// close(`think`) + open(`response`), close(`response`), close(`message`) and
+    /// `<|end_of_msg|>` as the state needs (TOKENIZER.md §10, §11). Empty after the end id.
+    /// Encode them with [`super::encode`].
+    pub fn closing(&self) -> Vec<Segment> {
+        let mut out = Vec::new();
+        if self.state == State::Done {
+            return out;
+        }
+        if self.header.is_some() {
+            out.push(Segment::Special(SEP));
+        }
+        let close = |out: &mut Vec<Segment>, tag: &str| {
+            out.extend([
+                Segment::Special(CLOSE),
+                Segment::Text(tag.to_string()),
+                Segment::Special(SEP),
+            ]);
+        };
+        let in_call = self.call.is_some();
+        match self.state {
+            State::Argument if in_call => close(&mut out, "argument"),
+            State::Json if in_call => close(&mut out, "json"),
+            _ => {}
+        }
+        if matches!(self.state, State::Call | State::Argument | State::Json) {
+            close(&mut out, "call");
+        }
+        if matches!(
+            self.state,
+            State::Tools | State::Call | State::Argument | State::Json
+        ) {
+            close(&mut out, "tools");
+        }
+        if self.state == State::Think {
+            close(&mut out, "think");
+        }
+        if matches!(self.state, State::Think | State::Between) {
+            out.extend([
+                Segment::Special(OPEN),
+                Segment::Text("response".to_string()),
+                Segment::Special(SEP),
+            ]);
+        }
+        if matches!(self.state, State::Think | State::Between | State::Response) {
+            close(&mut out, "response");
+        }
+        if self.state != State::AfterMessage {
+            close(&mut out, "message");
+        }
+        out.push(Segment::Special(END_OF_MSG));
+        out
     }
 
     fn where_name(&self) -> &'static str {
@@ -381,6 +438,20 @@ impl ReplyParser {
             arguments: Value::Object(obj).to_json(),
         });
     }
+}
+
+/// Events with adjacent texts of one kind merged: what a reply says, independent of how its
+/// text was split across ids.
+pub fn coalesce(events: Vec<ReplyEvent>) -> Vec<ReplyEvent> {
+    let mut out: Vec<ReplyEvent> = Vec::with_capacity(events.len());
+    for e in events {
+        match (out.last_mut(), &e) {
+            (Some(ReplyEvent::Reasoning(a)), ReplyEvent::Reasoning(b)) => a.push_str(b),
+            (Some(ReplyEvent::Content(a)), ReplyEvent::Content(b)) => a.push_str(b),
+            _ => out.push(e),
+        }
+    }
+    out
 }
 
 fn type_matches(t: &str, v: &Value) -> bool {

@@ -58,9 +58,11 @@ pub fn run(argv: &[OsString]) -> Result<()> {
             e if chat::Effort::parse(e).is_some() => Object::new()
                 .with("thinking", true)
                 .with("thinking_effort", e),
-            other => return Err(Error::invalid(format!(
+            other => {
+                return Err(Error::invalid(format!(
                 "flag `--thinking`: unsupported value `{other}` (expected low, high, max or off)"
-            ))),
+            )))
+            }
         };
         set_thinking(&mut body, kw).map_err(ctx)?;
     }
