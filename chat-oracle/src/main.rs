@@ -13,23 +13,10 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use tiktoken_rs::CoreBPE;
 
-const KIMI_PATTERN: &str = concat!(
-    r"[\p{Han}]+",
-    "|",
-    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
-    "|",
-    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
-    "|",
-    r"\p{N}{1,3}",
-    "|",
-    r" ?[^\s\p{L}\p{N}]+[\r\n]*",
-    "|",
-    r"\s*[\r\n]+",
-    "|",
-    r"\s+(?!\S)",
-    "|",
-    r"\s+",
-);
+#[allow(dead_code)]
+#[path = "../../tests/tokenizer_common/reference_data.rs"]
+mod reference_data;
+use reference_data::{splintr_ranks, KIMI_PATTERN};
 
 /// The control segments the K3 encoder emits and their ids (TOKENIZER.md §3).
 const CONTROL: &[(&str, u32)] = &[
@@ -101,33 +88,6 @@ fn request_of(body: &Value, add_generation_prompt: bool) -> Result<Request> {
         args,
         add_generation_prompt,
     })
-}
-
-fn splintr_ranks() -> Vec<(Vec<u8>, u32)> {
-    let p = splintr_vocab_kimi::KIMI_VOCAB_PACKED;
-    assert_eq!(&p[..8], b"SPLNTRV1");
-    let count = u32::from_le_bytes(p[8..12].try_into().unwrap()) as usize;
-    let mut i = 12;
-    let varint = |i: &mut usize| {
-        let (mut v, mut shift) = (0u64, 0);
-        loop {
-            let b = p[*i];
-            *i += 1;
-            v |= ((b & 0x7F) as u64) << shift;
-            if b & 0x80 == 0 {
-                return v;
-            }
-            shift += 7;
-        }
-    };
-    let mut out = Vec::with_capacity(count);
-    for _ in 0..count {
-        let rank = varint(&mut i) as u32;
-        let len = varint(&mut i) as usize;
-        out.push((p[i..i + len].to_vec(), rank));
-        i += len;
-    }
-    out
 }
 
 fn main() -> Result<()> {
