@@ -349,3 +349,28 @@ fn template_bad_input_exits_2_naming_the_field() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--thinking"));
 }
+
+/// `set_thinking` and `set_tools` (what `k3 template --tools` and a chat's `/think` use).
+#[test]
+fn set_thinking_and_set_tools() {
+    let body = k3::json::parse(br#"{"messages": [{"role": "user", "content": "Hi"}]}"#).unwrap();
+    let mut req = Request::from_json(&body).unwrap();
+    req.set_thinking(chat::Thinking::Off);
+    let off = chat::encode(tok(), &chat::render(&req, true).unwrap()).unwrap();
+    assert_eq!(off, fixture_ids(case("thinking_off")));
+    req.set_thinking(chat::Thinking::On(chat::Effort::Low));
+    let low = chat::encode(tok(), &chat::render(&req, true).unwrap()).unwrap();
+    assert_eq!(low, fixture_ids(case("effort_low")));
+    // A named tool_choice keeps thinking off.
+    let c = case("tool_choice_named");
+    let mut named = Request::from_json(c.get("request").unwrap()).unwrap();
+    named.set_thinking(chat::Thinking::On(chat::Effort::Max));
+    let ids = chat::encode(tok(), &chat::render(&named, true).unwrap()).unwrap();
+    assert_eq!(ids, fixture_ids(c));
+    // set_tools validates like the body's `tools`.
+    let twice = k3::json::parse(br#"[{"name": "f"}, {"name": "f"}]"#).unwrap();
+    let e = req.set_tools(twice).unwrap_err();
+    assert!(e.to_string().starts_with("tools[1].name: "), "{e}");
+    let e = req.set_tools(k3::json::parse(b"{}").unwrap()).unwrap_err();
+    assert!(e.to_string().starts_with("tools: "), "{e}");
+}
