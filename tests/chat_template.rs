@@ -324,7 +324,7 @@ fn template_bad_input_exits_2_naming_the_field() {
         (
             "surrogate",
             r#"[{"role": "user", "content": "a\ud800"}]"#,
-            "invalid JSON at byte",
+            "messages[0].content: invalid JSON at byte",
         ),
     ];
     for (name, text, want) in cases {

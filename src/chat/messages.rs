@@ -5,7 +5,7 @@
 
 use super::message::{message, Message};
 use crate::error::{Error, Result};
-use crate::json::{Object, Value};
+use crate::json::{Kind, Object, Scanner, Value};
 
 /// Longest tool name the reference accepts (TOKENIZER.md §10).
 pub const MAX_TOOL_NAME_LEN: usize = 256;
@@ -428,4 +428,60 @@ fn thinking(top: Option<&Object>, choice: &ToolChoice) -> Result<Thinking> {
         return Ok(Thinking::Off);
     }
     Ok(Thinking::On(effort))
+}
+
+/// Where a request text stops being valid JSON, as a field path (`messages[1].content`; a
+/// bare array's elements are `messages[i]`), so that a parse error (a lone `\ud800`, a
+/// trailing comma) can name the message and field. `None` when the text parses, or when the
+/// fault is at the top level.
+pub fn failing_path(text: &[u8]) -> Option<String> {
+    let mut s = Scanner::new(text).ok()?;
+    let mut path = Vec::new();
+    if walk(&mut s, &mut path).is_ok() && s.finish().is_ok() {
+        return None;
+    }
+    let mut out = String::new();
+    for (i, step) in path.iter().enumerate() {
+        match step {
+            Step::Key(k) if i == 0 => out.push_str(k),
+            Step::Key(k) => out.push_str(&format!(".{k}")),
+            Step::Index(j) if i == 0 => out.push_str(&format!("messages[{j}]")),
+            Step::Index(j) => out.push_str(&format!("[{j}]")),
+        }
+    }
+    Some(out).filter(|p| !p.is_empty())
+}
+
+enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// Reads one value, keeping `path` at the innermost value being read when it fails.
+fn walk(s: &mut Scanner<'_>, path: &mut Vec<Step>) -> std::result::Result<(), ()> {
+    match s.peek().map_err(drop)? {
+        Kind::Object => {
+            s.begin_object().map_err(drop)?;
+            while let Some(k) = s.next_key().map_err(drop)? {
+                path.push(Step::Key(k.into_owned()));
+                walk(s, path)?;
+                path.pop();
+            }
+        }
+        Kind::Array => {
+            s.begin_array().map_err(drop)?;
+            let mut j = 0;
+            while s.next_element().map_err(drop)? {
+                path.push(Step::Index(j));
+                walk(s, path)?;
+                path.pop();
+                j += 1;
+            }
+        }
+        Kind::String => drop(s.string().map_err(drop)?),
+        Kind::Number => drop(s.number().map_err(drop)?),
+        Kind::Bool => drop(s.bool().map_err(drop)?),
+        Kind::Null => s.null().map_err(drop)?,
+    }
+    Ok(())
 }

@@ -50,7 +50,7 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     };
     let tok_dir = required("tok", "DIR")?;
     let messages = required("messages", "FILE")?;
-    let mut body = read_json(&messages)?;
+    let mut body = read_json(&messages, true)?;
     let ctx = |e: Error| e.context(messages.display());
     if let Some(t) = a.value("thinking")? {
         let kw = match t.as_str() {
@@ -68,7 +68,7 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     }
     let mut req = Request::from_json(&body).map_err(ctx)?;
     if let Some(path) = a.value_os("tools").map(PathBuf::from) {
-        let tools = read_json(&path)?;
+        let tools = read_json(&path, false)?;
         req.set_tools(tools)
             .map_err(|e| e.context(path.display()))?;
     }
@@ -106,8 +106,19 @@ fn set_thinking(body: &mut Value, kw: Object) -> Result<()> {
     Ok(())
 }
 
-fn read_json(path: &Path) -> Result<Value> {
+/// Reads a JSON file; with `request`, a parse error also names the field it stopped in.
+fn read_json(path: &Path, request: bool) -> Result<Value> {
     let bytes = std::fs::read(path)
         .map_err(|e| Error::invalid(format!("{}: cannot read: {e}", path.display())))?;
-    crate::json::parse(&bytes).map_err(|e| e.into_error(path.display(), 0))
+    crate::json::parse(&bytes).map_err(|e| {
+        match chat::messages::failing_path(&bytes).filter(|_| request) {
+            Some(field) => Error::invalid(format!(
+                "{}: {field}: invalid JSON at byte {}: {}",
+                path.display(),
+                e.offset,
+                e.expected
+            )),
+            None => e.into_error(path.display(), 0),
+        }
+    })
 }
