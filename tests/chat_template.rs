@@ -374,3 +374,16 @@ fn set_thinking_and_set_tools() {
     let e = req.set_tools(k3::json::parse(b"{}").unwrap()).unwrap_err();
     assert!(e.to_string().starts_with("tools: "), "{e}");
 }
+
+#[test]
+fn failing_path_names_the_field_a_parse_error_is_in() {
+    use k3::chat::messages::failing_path;
+    let body = br#"{"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "\ud800"}]}"#;
+    assert_eq!(failing_path(body).as_deref(), Some("messages[1].content"));
+    assert_eq!(
+        failing_path(br#"[{"role": "user", "content": [{"text": tru}]}]"#).as_deref(),
+        Some("messages[0].content[0].text")
+    );
+    assert_eq!(failing_path(b"[1,]"), None);
+    assert_eq!(failing_path(br#"[{"role": "user"}]"#), None);
+}
