@@ -387,3 +387,16 @@ fn failing_path_names_the_field_a_parse_error_is_in() {
     assert_eq!(failing_path(b"[1,]"), None);
     assert_eq!(failing_path(br#"[{"role": "user"}]"#), None);
 }
+
+/// The generation stub is the tail of a prompt with the generation prompt, and only then.
+#[test]
+fn generation_stub_ends_the_generation_prompt() {
+    for (name, thinking) in [("user_only", true), ("thinking_off", false)] {
+        let segs = ours(case(name)).unwrap().0;
+        let stub = chat::generation_stub(thinking);
+        assert!(segs.ends_with(&stub), "{name}");
+        assert_eq!(chat::encode(tok(), &stub).unwrap().len(), 3, "{name}");
+    }
+    let segs = ours(case("partial_thinking")).unwrap().0;
+    assert!(!segs.ends_with(&chat::generation_stub(true)));
+}

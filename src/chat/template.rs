@@ -172,9 +172,18 @@ pub fn render(req: &Request, generation_prompt: bool) -> Result<Vec<Segment>> {
         out.content(m);
     } else if generation_prompt {
         out.open("message", &[("role", "assistant")]);
-        out.open(if thinking { "think" } else { "response" }, &[]);
+        out.0.extend(generation_stub(thinking));
     }
     Ok(out.0)
+}
+
+/// The channel-opening stub that ends the generation prompt: open(`think`) with thinking on,
+/// else open(`response`). The reference API does not count it in `prompt_tokens`
+/// (TOKENIZER.md §10 "Usage"): subtract the length of its encoding.
+pub fn generation_stub(thinking: bool) -> Vec<Segment> {
+    let mut out = Out::default();
+    out.open(if thinking { "think" } else { "response" }, &[]);
+    out.0
 }
 
 fn role_message(out: &mut Out, m: &Message, role: &str) {
