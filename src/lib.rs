@@ -39,6 +39,7 @@ macro_rules! sayln {
 pub mod bind;
 pub mod catalogue;
 pub mod census;
+pub mod chat;
 pub mod checkpoint;
 pub mod cli;
 pub mod config;

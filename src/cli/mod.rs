@@ -12,6 +12,7 @@ pub mod pack_trunk;
 pub mod progress;
 pub mod run;
 pub mod sim_cache;
+pub mod template;
 pub mod tokenize;
 pub mod verify;
 
@@ -23,6 +24,7 @@ usage:
   k3 inspect <model_dir> [--json]   config summary, layer map, tensor census, byte ledger
   k3 tokenize --tok DIR [--special] (--text T | --file F)
   k3 detokenize --tok DIR --ids 1,2,3
+  k3 template --tok DIR --messages FILE [--tools FILE] [--thinking E|off]   chat-template ids
   k3 pack-trunk <model_dir> <out>   pack the dense trunk for streaming from a fast disk
   k3 sim-cache <trace.bin> [--model DIR | --expert-bytes N] [--policy NAME]...
   k3 completions bash|zsh           shell completion script on standard output
@@ -45,6 +47,7 @@ pub const SUBCOMMANDS: &[&str] = &[
     "detokenize",
     "pack-trunk",
     "sim-cache",
+    "template",
     "completions",
     "help",
 ];
@@ -84,6 +87,7 @@ fn dispatch(args: Vec<OsString>) -> Result<()> {
         "inspect" => inspect::run(&args[1..]),
         "tokenize" => tokenize::run_tokenize(&args[1..]),
         "detokenize" => tokenize::run_detokenize(&args[1..]),
+        "template" => template::run(&args[1..]),
         "--list-presets" => write_stdout(crate::plan::presets_text().as_bytes()),
         "--version" | "-V" => {
             write_stdout(format!("k3 {} ({})\n", crate::VERSION, crate::GIT_COMMIT).as_bytes())

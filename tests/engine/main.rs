@@ -9,6 +9,7 @@
 //! Select a concept with a name filter: `cargo test --test engine -- stream::` (the NEON gate
 //! runs `model:: cli::run:: stream::identity::` under emulation, xtask/src/gates.rs).
 
+mod chat;
 mod checkpoint;
 mod cli;
 mod config;

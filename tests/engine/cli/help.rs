@@ -13,6 +13,7 @@ const SUBCOMMANDS: &[&str] = &[
     "detokenize",
     "pack-trunk",
     "sim-cache",
+    "template",
 ];
 
 #[test]
