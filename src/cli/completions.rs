@@ -34,6 +34,7 @@ pub fn command_flags() -> Vec<(&'static str, Vec<String>)> {
         ("detokenize", long(super::tokenize::DETOKENIZE_SPECS)),
         ("pack-trunk", long(super::pack_trunk::SPECS)),
         ("sim-cache", long(super::sim_cache::SPECS)),
+        ("template", long(super::template::SPECS)),
         ("completions", vec!["--help".into()]),
         ("help", Vec::new()),
     ]

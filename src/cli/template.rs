@@ -1,6 +1,6 @@
 //! `k3 template --tok DIR --messages FILE [--tools FILE] [--thinking low|high|max|off]
 //! [--no-generation-prompt]`: prints the chat-template ids of a conversation
-//! (TOKENIZER.md §10), comma-separated, without running a model.
+//! (docs/chat.md), comma-separated. without running a model.
 
 use super::args::{Args, Spec};
 use crate::chat::{self, Request};
@@ -10,7 +10,7 @@ use crate::tokenizer::Tokenizer;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-const SPECS: &[Spec] = &[
+pub(crate) const SPECS: &[Spec] = &[
     Spec::Value("tok"),
     Spec::Value("messages"),
     Spec::Value("tools"),
@@ -21,7 +21,7 @@ const SPECS: &[Spec] = &[
 const USAGE: &str = "\
 usage: k3 template --tok DIR --messages FILE [--tools FILE] [--thinking low|high|max|off]
                    [--no-generation-prompt]
-  Prints the chat-template ids of a conversation (TOKENIZER.md §10), comma-separated.
+  Prints the chat-template ids of a conversation (docs/chat.md), comma-separated.
   --tok DIR               tokenizer directory (tiktoken.model, tokenizer_config.json)
   --messages FILE         a JSON array of messages, or a request body with `messages`, `tools`,
                           `tool_choice`, `response_format`, `reasoning_effort`,
