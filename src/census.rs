@@ -315,19 +315,22 @@ fn layer_ledger(
     l: usize,
     specs: &[SuffixSpec],
 ) -> LayerLedger {
-    let mut run: Vec<(usize, u64, u64, String)> = Vec::new();
+    // (shard, offset, bytes, name, position in `specs`)
+    let mut run: Vec<(usize, u64, u64, String, usize)> = Vec::new();
     let mut present = 0usize;
     let mut bytes = 0u64;
-    for s in specs {
+    for (k, s) in specs.iter().enumerate() {
         let name = layer_tensor_name(l, s.suffix);
         if let Some(info) = check_required(index, c, &name, &s.shape, s.dtype, "") {
             present += 1;
             bytes += info.nbytes;
             bound[info.shard] = true;
-            run.push((info.shard, info.offset, info.nbytes, name));
+            run.push((info.shard, info.offset, info.nbytes, name, k));
         }
     }
-    run.sort_by_key(|r| (r.0, r.1));
+    // Unstable with the position as the last key: the stable order, without a stable sort's
+    // code in the binary (so are the other sorts of the engine).
+    run.sort_unstable_by_key(|r| (r.0, r.1, r.4));
     let one_shard = run
         .first()
         .map(|f| f.0)

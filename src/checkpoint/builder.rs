@@ -253,4 +253,3 @@ pub(super) fn too_big(what: &str) -> Error {
         "the checkpoint has more {what} than the tensor index can hold (2^32)"
     ))
 }
-

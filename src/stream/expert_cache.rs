@@ -414,7 +414,9 @@ impl ExpertCache {
             jobs.push((key, slot, loc));
         }
         // Queue the reads in file-offset order (sequential-friendly for the device).
-        jobs.sort_by_key(|(_, _, loc)| (loc.pieces[0].file.id(), loc.pieces[0].offset));
+        jobs.sort_unstable_by_key(|(_, slot, loc)| {
+            (loc.pieces[0].file.id(), loc.pieces[0].offset, *slot)
+        });
 
         let mut slots_sorted: Vec<u32> = jobs.iter().map(|j| j.1).collect();
         slots_sorted.sort_unstable();

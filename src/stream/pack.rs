@@ -125,9 +125,19 @@ impl PackedTrunk {
                         shape_str(info.shape)
                     )));
                 }
-                ts.push((info.shard, info.offset, info.nbytes, name, s.dtype, s.shape));
+                let at = ts.len();
+                ts.push((
+                    info.shard,
+                    info.offset,
+                    info.nbytes,
+                    name,
+                    s.dtype,
+                    s.shape,
+                    at,
+                ));
             }
-            ts.sort_by_key(|t| (t.0, t.1));
+            // The catalogue position last: the stable order.
+            ts.sort_unstable_by_key(|t| (t.0, t.1, t.6));
             let shard = ts.first().map(|t| t.0).ok_or_else(|| {
                 Error::internal(format!("layer {l} has no trunk tensors in the catalogue"))
             })?;
@@ -167,7 +177,7 @@ impl PackedTrunk {
                 file_off,
                 tensors: ts
                     .into_iter()
-                    .map(|(_, off, nb, name, dtype, shape)| PackedTensor {
+                    .map(|(_, off, nb, name, dtype, shape, _)| PackedTensor {
                         name,
                         off: off - run_start,
                         nbytes: nb,

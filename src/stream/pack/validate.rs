@@ -59,7 +59,8 @@ impl PackedTrunk {
             )));
         }
         check_layer_set(&self.layers, nl, &p)?;
-        self.layers.sort_by_key(|l| l.layer);
+        // Distinct (checked above).
+        self.layers.sort_unstable_by_key(|l| l.layer);
         self.check_runs(bin, &p)?;
         // Tensors against the catalogue and the shard headers.
         for l in &self.layers {
@@ -78,7 +79,7 @@ impl PackedTrunk {
         let bpath = bin.path().display().to_string();
         // Runs: aligned, inside trunk.bin, not overlapping (in file order).
         let mut by_off: Vec<&PackedLayer> = self.layers.iter().collect();
-        by_off.sort_by_key(|l| l.file_off);
+        by_off.sort_unstable_by_key(|l| (l.file_off, l.layer));
         let mut prev_end = 0u64;
         let mut prev_layer = None;
         for l in &by_off {
@@ -211,9 +212,9 @@ fn check_tensors(
                 l.nbytes
             )));
         }
-        let info = index.get(&name).ok_or_else(|| {
-            Error::invalid(format!("{lp}: {name}: not in the checkpoint"))
-        })?;
+        let info = index
+            .get(&name)
+            .ok_or_else(|| Error::invalid(format!("{lp}: {name}: not in the checkpoint")))?;
         let at = l
             .run_start
             .checked_add(t.off)
