@@ -4,9 +4,9 @@ use super::lists::{Lists, NIL};
 use super::{no_victim, ExpertKey, Policy};
 use crate::error::{Error, Result};
 
-pub(super) const S3_SMALL: usize = 0;
-pub(super) const S3_MAIN: usize = 1;
-pub(super) const S3_GHOST: usize = 2;
+const S3_SMALL: usize = 0;
+const S3_MAIN: usize = 1;
+const S3_GHOST: usize = 2;
 
 /// S3-FIFO: a small FIFO (10 % of the slots) that filters one-hit wonders, a main FIFO with
 /// 2-bit frequencies (reinsertion while the frequency is non-zero, decremented each time), and
@@ -150,10 +150,10 @@ impl Policy for S3Fifo {
 
 // ---------------------------------------------------------------------------------------------
 
-pub(super) const T1: usize = 0;
-pub(super) const T2: usize = 1;
-pub(super) const B1: usize = 2;
-pub(super) const B2: usize = 3;
+const T1: usize = 0;
+const T2: usize = 1;
+const B1: usize = 2;
+const B2: usize = 3;
 
 /// ARC: recency list T1, frequency list T2, their ghost lists B1 and B2, and the adaptive target
 /// size p of T1 (raised by hits in B1, lowered by hits in B2).
@@ -291,9 +291,9 @@ impl Policy for ArcPolicy {
 
 // ---------------------------------------------------------------------------------------------
 
-pub(super) const A1IN: usize = 0;
-pub(super) const AM: usize = 1;
-pub(super) const A1OUT: usize = 2;
+const A1IN: usize = 0;
+const AM: usize = 1;
+const A1OUT: usize = 2;
 
 /// Full 2Q: new keys enter the FIFO A1in (25 % of the slots); keys evicted from it are
 /// remembered in the ghost FIFO A1out (50 % of the slots); a miss that finds its key in A1out
