@@ -51,6 +51,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod fnv;
+pub mod generate;
 pub mod io;
 pub mod json;
 pub mod model;

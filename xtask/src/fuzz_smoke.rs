@@ -12,12 +12,14 @@ use std::process::Command;
 use std::time::Instant;
 
 /// Every target in fuzz/Cargo.toml.
-pub const TARGETS: [&str; 5] = [
+pub const TARGETS: [&str; 7] = [
     "json",
     "config",
     "safetensors_header",
     "cli_args",
     "tokenizer",
+    "state_file",
+    "batch_input",
 ];
 
 const DEFAULT_SECONDS: u64 = 30;
