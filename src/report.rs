@@ -11,6 +11,33 @@ use crate::stream::expert_cache::CacheStats;
 use crate::stream::tables::TableStats;
 use crate::stream::trunk::TrunkStats;
 
+/// The report's `sampling` object (FORMATS.md §10): greedy is temperature 0, seed null.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SamplingReport {
+    /// T (0 = greedy).
+    pub temperature: f64,
+    /// P in (0, 1].
+    pub top_p: f64,
+    /// K (0 = off).
+    pub top_k: u64,
+    /// M in [0, 1).
+    pub min_p: f64,
+    /// The seed of a sampled run (given or from the OS); None when greedy.
+    pub seed: Option<u64>,
+}
+
+impl Default for SamplingReport {
+    fn default() -> SamplingReport {
+        SamplingReport {
+            temperature: 0.0,
+            top_p: 1.0,
+            top_k: 0,
+            min_p: 0.0,
+            seed: None,
+        }
+    }
+}
+
 /// One generated token (FORMATS.md §10 `steps`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StepReport {
@@ -53,6 +80,8 @@ impl Timing {
 /// Everything a run reports.
 #[derive(Debug, Clone, Default)]
 pub struct RunReport {
+    /// The sampler settings (FORMATS.md §10 `sampling`; ENGINE.md §8).
+    pub sampling: SamplingReport,
     pub model_dir: String,
     /// `nested` or `flat`.
     pub config_shape: String,
@@ -195,10 +224,11 @@ impl RunReport {
             .with(
                 "sampling",
                 Object::new()
-                    .with("temperature", 0.0)
-                    .with("top_p", 1.0)
-                    .with("top_k", 0u64)
-                    .with("seed", Value::Null),
+                    .with("temperature", self.sampling.temperature)
+                    .with("top_p", self.sampling.top_p)
+                    .with("top_k", self.sampling.top_k)
+                    .with("min_p", self.sampling.min_p)
+                    .with("seed", self.sampling.seed.map_or(Value::Null, |s| s.into())),
             )
             .with("layers", self.layers)
             .with("layers_bound", self.layers_bound)

@@ -16,7 +16,10 @@ use crate::model::state::DecodeState;
 use crate::model::{self, mla::MLA_FORM, Exec};
 use crate::plan::{gb_to_bytes, plan_run, Budget, ModelSizes, RunPlan, GB};
 use crate::report::RunReport;
-use crate::run::{DecodeOptions, OpenOptions, Run};
+use crate::generate::sample::{os_seed, SamplerOverrides, SamplerSettings, Setting};
+use crate::generate::stop::StopRules;
+use crate::report::SamplingReport;
+use crate::run::{decode, DecodeOptions, OpenOptions, Run};
 use crate::stream::pack::PackedTrunk;
 use crate::stream::policy::{DEFAULT_POLICY, POLICY_NAMES};
 use crate::stream::trace::{HIST_FILE, TRACE_FILE};
@@ -49,8 +52,11 @@ const SPECS: &[Spec] = &[
     Spec::Value("temperature"),
     Spec::Value("top-p"),
     Spec::Value("top-k"),
+    Spec::Value("min-p"),
     Spec::Value("seed"),
     Spec::Repeat("stop-id"),
+    Spec::Repeat("stop"),
+    Spec::Value("ctx"),
     Spec::Value("threads"),
     Spec::Value("isa"),
     Spec::Value("layers"),
@@ -72,7 +78,11 @@ usage: k3 <model_dir> [options]   (also: k3 run <model_dir> [options])
   --gen N              tokens to generate (default 16; 0 = teacher-forced forward only)
   --prefill-chunk N    positions per prefill chunk (default 64; never changes a logit)
   --full-recompute     re-run the whole prefix every step (diagnostic; same logits)
-  --stop-id ID         extra end id (repeatable)
+  --stop-id ID         extra end id (repeatable); [EOS] and <|end_of_msg|> always end
+  --stop TEXT          stop when the generated text contains TEXT (repeatable; not printed)
+  --ctx N              positions the sequence may reach (default: prompt + gen)
+  --temperature T      sampling (default 0 = greedy); --top-k K, --top-p P, --min-p M
+  --seed S             the sampler's seed (default: from the OS, printed and in --out)
   --threads N, --isa scalar|avx2|neon   (also K3_THREADS, K3_ISA)
   --layers N           bind only the first N layers
   --out FILE           JSON report;  --dump-logits PATH  f32 rows [rows, vocab]
@@ -86,15 +96,11 @@ Memory (decimal GB, fractions allowed; see k3 --list-presets):
   --trunk-ring N       ring slots (default 2 when streaming and they fit, else 1)
   --cache-gb X         expert-cache budget (at least top-k experts)
   --cache-policy NAME  lru, fifo, sieve, s3-fifo, arc, 2q, lfu-da, lfu (default lfu)
-Not supported yet (refused): sampling (--temperature other than 0, --top-p, --top-k, --seed),
-  --save-state, --load-state.
+Not supported yet (refused): --save-state, --load-state.
 ";
 
 /// Flags of ENGINE.md §3 that belong to later work: refused, never silently ignored.
 const NOT_YET: &[(&str, &str)] = &[
-    ("top-p", "sampling"),
-    ("top-k", "sampling"),
-    ("seed", "sampling"),
     ("save-state", "session state files"),
     ("load-state", "session state files"),
 ];
@@ -109,6 +115,12 @@ struct Request {
     full_recompute: bool,
     chunk: usize,
     stop_ids: Vec<u32>,
+    /// `--stop` strings.
+    stop_texts: Vec<String>,
+    /// `--ctx`.
+    ctx: Option<usize>,
+    /// The sampling flags given.
+    sampling: SamplerOverrides,
     threads: Option<usize>,
     isa: Option<String>,
     layers: Option<usize>,
@@ -224,11 +236,10 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
             )));
         }
     }
-    if let Some(t) = a.parsed::<f64>("temperature", "a number")? {
-        if t != 0.0 {
-            return Err(Error::invalid(format!(
-                "flag `--temperature {t}`: not supported yet (sampling is later work; 0 = greedy)"
-            )));
+    let mut sampling = SamplerOverrides::default();
+    for s in Setting::ALL {
+        if let Some(v) = a.value(&s.flag()[2..])? {
+            sampling.set_flag(s, &v)?;
         }
     }
     let model_dir = PathBuf::from(&a.positional[0]);
@@ -260,6 +271,16 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
             })?,
         );
     }
+    let stop_texts = a.values("stop")?;
+    if stop_texts.iter().any(|s| s.is_empty()) {
+        return Err(Error::invalid(
+            "flag `--stop \"\"`: a stop string must not be empty; give the text to stop at",
+        ));
+    }
+    let ctx = a.parsed::<usize>("ctx", "a positive integer")?;
+    if ctx == Some(0) {
+        return Err(Error::invalid("flag `--ctx 0`: must be at least 1"));
+    }
     let threads = a.parsed::<usize>("threads", "a positive integer")?;
     if let Some(t) = threads {
         if !(1..=k3_kernels::pool::MAX_THREADS).contains(&t) {
@@ -289,6 +310,9 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
         full_recompute,
         chunk,
         stop_ids,
+        stop_texts,
+        ctx,
+        sampling,
         threads,
         isa,
         layers,
@@ -411,6 +435,7 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
     };
     let mut inp = check_inputs(req, rep)?;
     let ex = compute(req, rep)?;
+    let (settings, rules) = generation(req, &inp, rep, &say)?;
     let (cfg, d, layers) = (&inp.cfg, &inp.d, inp.layers);
     say(&format!(
         "config: {}, hidden {}, {} layers ({} KDA, {} MLA; map {}), vocab {}, {} experts top-{} + {} shared, latent {}, AttnRes block {}{}",
@@ -458,7 +483,10 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
         packed: packed.as_ref(),
         trace: inp.trace.take(),
     };
-    let mut run = Run::open(&index, &inp.cfg, &census, &prep, open, rep)?;
+    let run = Run::open(&index, &inp.cfg, &census, &prep, open, rep)?;
+    let mut sess = run.into_session(ex, req.chunk)?;
+    sess.full_recompute = req.full_recompute;
+    sess.tok = inp.tok.as_ref();
     rep.timing.load_seconds = t_load.elapsed().as_secs_f64();
     say(&rep.trunk_line());
     say(&rep.cache_line());
@@ -469,16 +497,15 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
     // Progress of a multi-chunk forward, on a terminal only (ENGINE.md §6).
     let mut progress = TerminalProgress::default();
     let show = !quiet && !req.no_progress && crate::io::sys::stderr_is_terminal();
+    out.stop_text = !req.stop_texts.is_empty();
     let opts = DecodeOptions {
-        gen: req.gen,
-        full_recompute: req.full_recompute,
-        chunk: req.chunk,
         all_rows: want_all,
-        end_ids: &inp.end_ids,
-        stop_ids: &req.stop_ids,
+        settings,
+        rules,
+        capacity: inp.positions.max(1),
     };
-    let res = run.decode(
-        &ex,
+    let res = decode(
+        &mut sess,
         &inp.ids,
         &opts,
         &mut out,
@@ -490,6 +517,43 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
     }
     rep.timing.wall_seconds = wall.elapsed().as_secs_f64();
     res
+}
+
+/// The sampler settings (no `--seed` in a sampled run: one from the OS, printed) and the stop
+/// rules of the run, into the report's `sampling`. Errors (exit 2): `--stop` without a
+/// tokenizer; those of [`StopRules::new`]; exit 4 if the OS seed cannot be read.
+fn generation(
+    req: &Request,
+    inp: &Inputs,
+    rep: &mut RunReport,
+    say: &dyn Fn(&str),
+) -> Result<(SamplerSettings, StopRules)> {
+    let (mut settings, _) = req.sampling.apply(&SamplerSettings::greedy());
+    if !settings.is_greedy() && req.sampling.seed.is_none() {
+        settings.seed = os_seed()?;
+        say(&format!("seed: {} (from the OS; give --seed {} to repeat this run)", settings.seed, settings.seed));
+    }
+    rep.sampling = SamplingReport {
+        temperature: settings.temperature,
+        top_p: settings.top_p,
+        top_k: settings.top_k,
+        min_p: settings.min_p,
+        seed: (!settings.is_greedy()).then_some(settings.seed),
+    };
+    if !req.stop_texts.is_empty() && inp.tok.is_none() {
+        return Err(Error::invalid(
+            "flag `--stop`: needs a tokenizer to see the generated text (give --tok DIR, or use --stop-id)",
+        ));
+    }
+    let rules = StopRules::new(
+        inp.end_ids.clone(),
+        req.stop_ids.clone(),
+        req.stop_texts.clone(),
+        req.gen as u64,
+        inp.positions as u64,
+        inp.d.v,
+    )?;
+    Ok((settings, rules))
 }
 
 /// The `--trunk` packed trunk, validated against the checkpoint (exit 2).
