@@ -12,6 +12,7 @@
 mod checkpoint;
 mod cli;
 mod config;
+mod generate;
 mod io;
 mod json;
 mod model;

@@ -1,0 +1,1 @@
+//! The run options of issue 12 end to end.
