@@ -11,6 +11,21 @@ use crate::stream::expert_cache::CacheStats;
 use crate::stream::tables::TableStats;
 use crate::stream::trunk::TrunkStats;
 
+/// The report's `batch` object (FORMATS.md §10) of a `--batch` run.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct BatchReport {
+    /// Inputs of the batch file.
+    pub sequences: u64,
+    /// `--parallel`.
+    pub parallel: u64,
+    /// Steps (forwards) over the active sequences.
+    pub sweeps: u64,
+    /// Ids generated over every sequence.
+    pub tokens: u64,
+    /// tokens ÷ the steps' seconds.
+    pub tokens_per_second: f64,
+}
+
 /// The report's `sampling` object (FORMATS.md §10): greedy is temperature 0, seed null.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SamplingReport {
@@ -80,6 +95,8 @@ impl Timing {
 /// Everything a run reports.
 #[derive(Debug, Clone, Default)]
 pub struct RunReport {
+    /// The `--batch` totals (FORMATS.md §10 `batch`); None for one sequence.
+    pub batch: Option<BatchReport>,
     /// The sampler settings (FORMATS.md §10 `sampling`; ENGINE.md §8).
     pub sampling: SamplingReport,
     pub model_dir: String,
@@ -229,6 +246,18 @@ impl RunReport {
                     .with("top_k", self.sampling.top_k)
                     .with("min_p", self.sampling.min_p)
                     .with("seed", self.sampling.seed.map_or(Value::Null, |s| s.into())),
+            )
+            .with(
+                "batch",
+                self.batch.map_or(Value::Null, |b| {
+                    Object::new()
+                        .with("sequences", b.sequences)
+                        .with("parallel", b.parallel)
+                        .with("sweeps", b.sweeps)
+                        .with("tokens", b.tokens)
+                        .with("tokens_per_second", b.tokens_per_second)
+                        .into()
+                }),
             )
             .with("layers", self.layers)
             .with("layers_bound", self.layers_bound)

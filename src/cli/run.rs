@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+mod batch;
 mod inputs;
 
 use inputs::{check_inputs, compute, Inputs};
@@ -57,6 +58,8 @@ const SPECS: &[Spec] = &[
     Spec::Repeat("stop-id"),
     Spec::Repeat("stop"),
     Spec::Value("ctx"),
+    Spec::Value("batch"),
+    Spec::Value("parallel"),
     Spec::Value("threads"),
     Spec::Value("isa"),
     Spec::Value("layers"),
@@ -81,6 +84,9 @@ usage: k3 <model_dir> [options]   (also: k3 run <model_dir> [options])
   --stop-id ID         extra end id (repeatable); [EOS] and <|end_of_msg|> always end
   --stop TEXT          stop when the generated text contains TEXT (repeatable; not printed)
   --ctx N              positions the sequence may reach (default: prompt + gen)
+  --batch FILE         JSON lines {\"prompt\": TEXT} or {\"ids\": [...]} (+ gen, temperature, top_k,
+                       top_p, min_p, seed, stop): one JSON line out per input, in input order
+  --parallel N         sequences of --batch decoding together (default 1)
   --temperature T      sampling (default 0 = greedy); --top-k K, --top-p P, --min-p M
   --seed S             the sampler's seed (default: from the OS, printed and in --out)
   --threads N, --isa scalar|avx2|neon   (also K3_THREADS, K3_ISA)
@@ -119,6 +125,10 @@ struct Request {
     stop_texts: Vec<String>,
     /// `--ctx`.
     ctx: Option<usize>,
+    /// `--batch FILE`.
+    batch: Option<PathBuf>,
+    /// `--parallel N` (1 without it).
+    parallel: usize,
     /// The sampling flags given.
     sampling: SamplerOverrides,
     threads: Option<usize>,
@@ -249,9 +259,30 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
             model_dir.display()
         )));
     }
-    if a.present(&["prompt", "prompt-file", "ids"]).is_empty() {
+    let batch = a.value_os("batch").map(PathBuf::from);
+    let prompts = a.present(&["prompt", "prompt-file", "ids"]);
+    match (&batch, prompts.first()) {
+        (None, None) => {
+            return Err(Error::invalid(
+                "no prompt: give one of `--prompt TEXT`, `--prompt-file PATH`, `--ids 1,2,3`, `--batch FILE`",
+            ))
+        }
+        (Some(_), Some(p)) => {
+            return Err(Error::invalid(format!(
+                "flags `--batch` and `--{p}`: the batch file holds the prompts; give one of them"
+            )))
+        }
+        _ => {}
+    }
+    let parallel = a
+        .parsed::<usize>("parallel", "a positive integer")?
+        .unwrap_or(1);
+    if parallel == 0 {
+        return Err(Error::invalid("flag `--parallel 0`: must be at least 1"));
+    }
+    if batch.is_none() && a.value("parallel")?.is_some() {
         return Err(Error::invalid(
-            "no prompt: give one of `--prompt TEXT`, `--prompt-file PATH`, `--ids 1,2,3`",
+            "flag `--parallel`: decodes the sequences of `--batch FILE` together; give --batch",
         ));
     }
     let gen = a
@@ -312,6 +343,8 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
         stop_ids,
         stop_texts,
         ctx,
+        batch,
+        parallel,
         sampling,
         threads,
         isa,
@@ -497,6 +530,9 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
     // Progress of a multi-chunk forward, on a terminal only (ENGINE.md §6).
     let mut progress = TerminalProgress::default();
     let show = !quiet && !req.no_progress && crate::io::sys::stderr_is_terminal();
+    if req.batch.is_some() {
+        return batch::run(&mut sess, std::mem::take(&mut inp.batch), req.parallel, rep);
+    }
     out.stop_text = !req.stop_texts.is_empty();
     let opts = DecodeOptions {
         all_rows: want_all,
@@ -529,7 +565,7 @@ fn generation(
     say: &dyn Fn(&str),
 ) -> Result<(SamplerSettings, StopRules)> {
     let (mut settings, _) = req.sampling.apply(&SamplerSettings::greedy());
-    if !settings.is_greedy() && req.sampling.seed.is_none() {
+    if !settings.is_greedy() && req.sampling.seed.is_none() && req.batch.is_none() {
         settings.seed = os_seed()?;
         say(&format!("seed: {} (from the OS; give --seed {} to repeat this run)", settings.seed, settings.seed));
     }
@@ -597,8 +633,10 @@ fn plan_memory(
             crate::sayln!("{s}");
         }
     };
-    let logits_rows = if want_all { req.chunk } else { 1 };
-    let chunk = req.chunk.min(positions.max(1));
+    // a --batch step is one forward over up to --parallel rows
+    let par = req.parallel;
+    let logits_rows = if want_all { req.chunk } else { par };
+    let chunk = req.chunk.min(positions.max(1)).max(par);
     let moe_bound = (0..layers).filter(|&l| l >= d.first_dense).count();
     let expert_bytes = model::expert_bytes(&d);
     let sizes = ModelSizes {
@@ -615,8 +653,8 @@ fn plan_memory(
         expert_stride: crate::plan::buffer_bytes(expert_bytes),
         experts_total: moe_bound * d.e,
         top_k: d.kt,
-        kda_state: DecodeState::kda_bytes(&d, layers),
-        mla_cache: DecodeState::mla_bytes(&d, layers, positions.max(1)),
+        kda_state: DecodeState::kda_bytes(&d, layers).saturating_mul(par as u64),
+        mla_cache: DecodeState::mla_bytes(&d, layers, positions.max(1)).saturating_mul(par as u64),
         scratch: crate::plan::scratch_bytes(&d, chunk, logits_rows)
             + crate::plan::kernel_scratch_bytes(&d, chunk, ex.threads()),
         tokenizer: tokenizer_bytes(&req.args, &req.model_dir),
@@ -629,7 +667,7 @@ fn plan_memory(
         Err(e) => {
             // The report still carries the figures: the smallest plan of this model.
             rep.plan = Some(crate::plan::minimum_plan(&sizes, available));
-            return Err(e);
+            return Err(parallel_shortfall(&sizes, req, available, e));
         }
     };
     let plan = rp.memory.clone();
@@ -650,6 +688,30 @@ fn plan_memory(
     rep.budget = rp.budget;
     plan.check()?;
     Ok(rp)
+}
+
+/// A `--parallel N` plan that does not fit: the error says so with the largest N that fits
+/// (the sequences' KDA state and MLA cache scale with N; exit 3).
+fn parallel_shortfall(sizes: &ModelSizes, req: &Request, available: Option<u64>, e: Error) -> Error {
+    let par = req.parallel as u64;
+    if par <= 1 || e.exit_code() != 3 {
+        return e;
+    }
+    let one = |n: u64| {
+        let mut s = sizes.clone();
+        s.kda_state = sizes.kda_state / par * n;
+        s.mla_cache = sizes.mla_cache / par * n;
+        plan_run(&s, &req.budget, available).is_ok()
+    };
+    let fits = (1..par).rev().find(|&n| one(n));
+    Error::resources(format!(
+        "flag `--parallel {par}`: {}; {}",
+        e.message,
+        match fits {
+            Some(n) => format!("the largest --parallel that fits is {n}"),
+            None => "not even --parallel 1 fits".to_string(),
+        }
+    ))
 }
 
 /// Bytes the tokenizer tables take in memory (estimate: twice the rank file).

@@ -106,7 +106,7 @@ pub fn run_detokenize(argv: &[OsString]) -> Result<()> {
     crate::cli::write_stdout(text.as_bytes())
 }
 
-fn read_file(path: &Path) -> Result<Vec<u8>> {
+pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(|e| Error::invalid(format!("{}: cannot read: {e}", path.display())))
 }
 

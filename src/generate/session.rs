@@ -93,6 +93,7 @@ pub struct Sequence {
     pending: Option<u32>,
     stop: Option<StopReason>,
     text: Option<(StreamDecoder, StopText)>,
+    released: String,
 }
 
 /// A copy of a sequence at one point (ids, KDA state and conv history, MLA rows, sampler
@@ -138,6 +139,7 @@ impl Sequence {
             pending: None,
             stop: None,
             text,
+            released: String::new(),
         })
     }
 
@@ -186,6 +188,12 @@ impl Sequence {
     pub fn state(&self) -> &DecodeState {
         &self.state
     }
+    /// With `--stop` strings: the generated text released so far (never a part of a stop
+    /// string); empty without them.
+    pub fn released_text(&self) -> &str {
+        &self.released
+    }
+
     /// The generated text held back by `--stop` when generation ended without a stop string
     /// (flushed: a later call returns nothing).
     pub fn finish_text(&mut self) -> String {
@@ -193,7 +201,9 @@ impl Sequence {
             Some((dec, st)) => {
                 let tail = dec.finish();
                 let r = st.push(&tail);
-                r.text + &st.finish()
+                let t = r.text + &st.finish();
+                self.released.push_str(&t);
+                t
             }
             None => String::new(),
         }
@@ -276,6 +286,7 @@ impl Sequence {
             pending: self.pending,
             stop: self.stop,
             text: self.text.clone(),
+            released: self.released.clone(),
         }
     }
 
@@ -299,6 +310,7 @@ impl Sequence {
         if let (Some((dec, st)), Some(t)) = (&mut self.text, tok) {
             let r = st.push(&dec.push(t.token_bytes(id)?));
             text = r.text;
+            self.released.push_str(&text);
             if r.stopped.is_some() {
                 stop = Some(StopReason::StopText);
             }

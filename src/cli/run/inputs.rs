@@ -26,6 +26,8 @@ pub(super) struct Inputs {
     pub(super) positions: usize,
     /// The `--dump-cache-trace` writer, created before any work.
     pub(super) trace: Option<TraceWriter>,
+    /// The `--batch` inputs (empty without it).
+    pub(super) batch: super::batch::Entries,
 }
 
 /// Reads the config, opens the trace files and the tokenizer, and checks the prompt, the
@@ -73,7 +75,11 @@ pub(super) fn check_inputs(req: &Request, rep: &mut RunReport) -> Result<Inputs>
             ))
         })?;
     }
-    let ids = prompt_ids(&req.args, tok.as_ref())?;
+    let ids = if req.batch.is_some() {
+        Vec::new()
+    } else {
+        prompt_ids(&req.args, tok.as_ref())?
+    };
     rep.prompt_ids = ids.clone();
     // Input checks before any work (exit 2).
     for &id in &req.stop_ids {
@@ -131,6 +137,21 @@ pub(super) fn check_inputs(req: &Request, rep: &mut RunReport) -> Result<Inputs>
             }
         }
     }
+    let (batch, positions) = match &req.batch {
+        Some(path) => {
+            let b = super::batch::entries(
+                req,
+                path,
+                tok.as_ref(),
+                &end_ids,
+                d.v,
+                cfg.max_position_embeddings,
+            )?;
+            let most = b.iter().flatten().map(|it| it.capacity).max().unwrap_or(1);
+            (b, most)
+        }
+        None => (Vec::new(), positions),
+    };
     Ok(Inputs {
         cfg,
         d,
@@ -140,6 +161,7 @@ pub(super) fn check_inputs(req: &Request, rep: &mut RunReport) -> Result<Inputs>
         end_ids,
         positions,
         trace,
+        batch,
     })
 }
 
