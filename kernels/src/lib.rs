@@ -10,8 +10,8 @@
 //!   accumulator `i mod 16`, then one fixed reduction tree ([`num::reduce16`]). AVX2 holds the
 //!   lanes in four 4×f64 registers, NEON in eight 2×f64 registers; both apply the same tree.
 //! * Ordered sums over sources, positions, experts and taps use [`seqsum`].
-//! * `exp64`, `tanh64`, `sig64`, `silu64` are the engine's own ([`num`]); no library math,
-//!   no fused multiply-add anywhere, subnormals honoured.
+//! * `exp64`, `tanh64`, `sig64`, `silu64` (and `log64`, for logprobs only) are the engine's
+//!   own ([`num`]); no library math, no fused multiply-add anywhere, subnormals honoured.
 //! * Threads split output elements only ([`ThreadPool`]); every sum is formed by one thread.
 //!
 //! # Use
