@@ -205,9 +205,7 @@ fn flags_of_later_work_are_refused_not_ignored() {
     let model = fixture("tiny-k3");
     // (the budget flags --mem-gb, --trunk-gb, --cache-gb, --preset are implemented: stream/)
     for flag in [
-        &["--temperature", "0.7"][..],
-        &["--top-k", "5"],
-        &["--save-state", "/tmp/x"],
+        &["--save-state", "/tmp/x"][..],
         &["--load-state", "/tmp/x"],
     ] {
         let (code, err) = fails(&model, flag);
