@@ -11,13 +11,13 @@ use crate::bind::streamed::{self as bind, Prepared};
 use crate::census::Census;
 use crate::checkpoint::TensorIndex;
 use crate::error::{Error, Result};
+use crate::generate::sample::{os_seed, SamplerOverrides, SamplerSettings, Setting};
+use crate::generate::stop::StopRules;
 use crate::io::{IoFile, OutFile};
 use crate::model::state::DecodeState;
 use crate::model::{self, mla::MLA_FORM, Exec};
 use crate::plan::{gb_to_bytes, plan_run, Budget, ModelSizes, RunPlan, GB};
 use crate::report::RunReport;
-use crate::generate::sample::{os_seed, SamplerOverrides, SamplerSettings, Setting};
-use crate::generate::stop::StopRules;
 use crate::report::SamplingReport;
 use crate::run::{decode, DecodeOptions, OpenOptions, Run};
 use crate::stream::pack::PackedTrunk;
@@ -567,7 +567,10 @@ fn generation(
     let (mut settings, _) = req.sampling.apply(&SamplerSettings::greedy());
     if !settings.is_greedy() && req.sampling.seed.is_none() && req.batch.is_none() {
         settings.seed = os_seed()?;
-        say(&format!("seed: {} (from the OS; give --seed {} to repeat this run)", settings.seed, settings.seed));
+        say(&format!(
+            "seed: {} (from the OS; give --seed {} to repeat this run)",
+            settings.seed, settings.seed
+        ));
     }
     rep.sampling = SamplingReport {
         temperature: settings.temperature,

@@ -241,7 +241,8 @@ impl Sequence {
     /// Errors: a snapshot of another capacity or layer set (internal).
     pub fn restore(&mut self, snap: &Snapshot) -> Result<()> {
         let s = &snap.seq;
-        if s.state.capacity != self.state.capacity || s.state.layers.len() != self.state.layers.len()
+        if s.state.capacity != self.state.capacity
+            || s.state.layers.len() != self.state.layers.len()
         {
             return Err(Error::internal(
                 "restore: the snapshot's decode state has another capacity or layer set",
@@ -384,7 +385,12 @@ impl<'t, T: TrunkSource, E: ExpertSource> Session<'t, T, E> {
     }
 
     /// A new sequence of `prompt` over this session's model ([`Sequence::new`]).
-    pub fn sequence(&self, prompt: &[u32], capacity: usize, o: SequenceOptions) -> Result<Sequence> {
+    pub fn sequence(
+        &self,
+        prompt: &[u32],
+        capacity: usize,
+        o: SequenceOptions,
+    ) -> Result<Sequence> {
         Sequence::new(&self.model, prompt, capacity, o)
     }
 
@@ -453,7 +459,9 @@ impl<'t, T: TrunkSource, E: ExpertSource> Session<'t, T, E> {
     ) -> Result<StepFigures> {
         let t = Instant::now();
         let (s0, d0) = (self.experts.stats(), self.trunk.bytes_read());
-        let going: Vec<usize> = (0..seqs.len()).filter(|&i| seqs[i].pending.is_some()).collect();
+        let going: Vec<usize> = (0..seqs.len())
+            .filter(|&i| seqs[i].pending.is_some())
+            .collect();
         if going.is_empty() {
             return Ok(StepFigures::default());
         }
@@ -465,7 +473,10 @@ impl<'t, T: TrunkSource, E: ExpertSource> Session<'t, T, E> {
                 s.logits = self.chunks(&mut s.state, &ids, false, None, &mut |_| Ok(()))?;
             }
         } else {
-            let pend: Vec<[u32; 1]> = going.iter().map(|&i| [seqs[i].pending.unwrap_or(0)]).collect();
+            let pend: Vec<[u32; 1]> = going
+                .iter()
+                .map(|&i| [seqs[i].pending.unwrap_or(0)])
+                .collect();
             let mut segs: Vec<Segment<'_>> = Vec::with_capacity(going.len());
             let mut rest: &mut [&mut Sequence] = seqs;
             let mut base = 0;
@@ -480,9 +491,12 @@ impl<'t, T: TrunkSource, E: ExpertSource> Session<'t, T, E> {
                     rows: LogitRows::Last,
                 });
             }
-            let rows =
-                self.model
-                    .forward_batch(&self.ex, &mut self.trunk, &mut self.experts, &mut segs)?;
+            let rows = self.model.forward_batch(
+                &self.ex,
+                &mut self.trunk,
+                &mut self.experts,
+                &mut segs,
+            )?;
             drop(segs);
             for (&i, r) in going.iter().zip(rows) {
                 seqs[i].logits = r;
@@ -536,9 +550,9 @@ impl<'t, T: TrunkSource, E: ExpertSource> Session<'t, T, E> {
                 n_chunks,
                 layers: self.model.layers.len(),
             };
-            let rows = self
-                .model
-                .forward(&self.ex, &mut trunk, &mut self.experts, state, ch, want)?;
+            let rows =
+                self.model
+                    .forward(&self.ex, &mut trunk, &mut self.experts, state, ch, want)?;
             if all {
                 sink(&rows)?;
             }

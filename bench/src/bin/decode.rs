@@ -18,10 +18,10 @@
 
 use k3::checkpoint::TensorIndex;
 use k3::config::Config;
-use k3::model::experts::{ExpertSource, ExpertStats, ExpertView};
 use k3::generate::sample::SamplerSettings;
 use k3::generate::session::{SequenceOptions, Session};
 use k3::generate::stop::StopRules;
+use k3::model::experts::{ExpertSource, ExpertStats, ExpertView};
 use k3::model::{self, Dims, Exec};
 use k3_bench::membw;
 use k3_kernels::{Isa, Kernels};
@@ -224,7 +224,14 @@ fn run(o: &Opts) -> k3::Result<()> {
 
     // The decode goes through the engine's session (issue 12): greedy, no end ids, --gen ids.
     let mut sess = Session::new(m, trunk, experts, ex, o.ids.len().max(1))?;
-    let rules = StopRules::new(vec![], vec![], vec![], o.gen as u64, (o.ids.len() + o.gen) as u64, d.v)?;
+    let rules = StopRules::new(
+        vec![],
+        vec![],
+        vec![],
+        o.gen as u64,
+        (o.ids.len() + o.gen) as u64,
+        d.v,
+    )?;
     let so = SequenceOptions {
         settings: SamplerSettings::greedy(),
         rules,

@@ -10,9 +10,9 @@ use crate::generate::batch_input::{
     error_line, parse_file, result_line, BatchDefaults, BatchInput, BatchResult,
 };
 use crate::generate::sample::{os_seed, SamplerSettings};
-use crate::model::experts::ExpertSource;
 use crate::generate::session::SequenceOptions;
 use crate::generate::stop::{StopReason, StopRules};
+use crate::model::experts::ExpertSource;
 use crate::report::{BatchReport, RunReport};
 use crate::run::RunSession;
 use crate::tokenizer::Tokenizer;

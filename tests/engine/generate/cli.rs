@@ -84,6 +84,7 @@ fn sampled_ids_are_identical_on_every_path_budget_and_mode() {
         (vec!["--mem-gb", "0.015"], "mem015"),
         (vec!["--mem-gb", "0.0142"], "smallest"),
     ];
+    #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         variants.push((vec!["--isa", "avx2"], "avx2"));
     }
@@ -100,13 +101,28 @@ fn sampled_ids_are_identical_on_every_path_budget_and_mode() {
 #[test]
 fn the_report_and_stderr_carry_the_seed_from_the_os() {
     let m = tiny();
-    let (_, se, rep) = ok(&[&m, "--ids", P, "--gen", "3", "--temperature", "1"], "osseed");
-    let seed = rep["sampling"]["seed"].as_u64().expect("a sampled run reports its seed");
+    let (_, se, rep) = ok(
+        &[&m, "--ids", P, "--gen", "3", "--temperature", "1"],
+        "osseed",
+    );
+    let seed = rep["sampling"]["seed"]
+        .as_u64()
+        .expect("a sampled run reports its seed");
     assert!(se.contains(&format!("seed: {seed}")), "{se}");
     // repeating with that seed gives the same run
     let s = seed.to_string();
     let (_, _, again) = ok(
-        &[&m, "--ids", P, "--gen", "3", "--temperature", "1", "--seed", &s],
+        &[
+            &m,
+            "--ids",
+            P,
+            "--gen",
+            "3",
+            "--temperature",
+            "1",
+            "--seed",
+            &s,
+        ],
         "osseed2",
     );
     assert_eq!(outcome(&again), outcome(&rep));
@@ -151,18 +167,30 @@ fn forced_reply_hook_emits_the_ids_and_hashes_the_logits() {
     assert_eq!(ids.len(), 5);
     assert_eq!(rep["logits_hashed_vectors"].as_u64().unwrap(), 5);
     // the model ran on the forced ids: the unforced run of prompt + 7,8,9 continues the same
-    let (_, _, plain) = ok(&[&m, "--ids", &format!("{P},7,8,9"), "--gen", "2"], "forcecmp");
-    assert_eq!(plain["generated_ids"].as_array().unwrap()[..], rep["generated_ids"].as_array().unwrap()[3..]);
+    let (_, _, plain) = ok(
+        &[&m, "--ids", &format!("{P},7,8,9"), "--gen", "2"],
+        "forcecmp",
+    );
+    assert_eq!(
+        plain["generated_ids"].as_array().unwrap()[..],
+        rep["generated_ids"].as_array().unwrap()[3..]
+    );
     let (code, err) = {
         let o = crate::support::k3()
             .args([&m, "--ids", P, "--gen", "2"])
             .env("K3_TEST_FORCE_IDS", "1,99999")
             .output()
             .unwrap();
-        (o.status.code(), String::from_utf8_lossy(&o.stderr).to_string())
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).to_string(),
+        )
     };
     assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("K3_TEST_FORCE_IDS") && err.contains("99999"), "{err}");
+    assert!(
+        err.contains("K3_TEST_FORCE_IDS") && err.contains("99999"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -177,9 +205,16 @@ fn stop_text_is_not_printed_and_names_the_reason() {
     assert!(chars.len() >= 4, "{text:?}");
     let stop: String = chars[chars.len() / 2..chars.len() / 2 + 2].iter().collect();
     let at = text.find(&stop).unwrap();
-    let (so2, _, rep) = ok(&[m, "--prompt", "Hello", "--gen", "12", "--stop", &stop], "stoptext");
+    let (so2, _, rep) = ok(
+        &[m, "--prompt", "Hello", "--gen", "12", "--stop", &stop],
+        "stoptext",
+    );
     assert_eq!(rep["stop_reason"], "stop_text");
-    assert_eq!(so2.trim_end_matches('\n'), &text[..at], "printed text stops before {stop:?}");
+    assert_eq!(
+        so2.trim_end_matches('\n'),
+        &text[..at],
+        "printed text stops before {stop:?}"
+    );
     let n = rep["generated_ids"].as_array().unwrap().len();
     assert!(n <= 12);
     assert_eq!(
@@ -199,17 +234,51 @@ fn batch_lines_equal_their_runs_alone_at_every_parallel() {
     let m = tiny();
     let dir = scratch_dir("generate-cli-batch");
     let lines = [
-        (vec!["--ids", "410,335,224,165", "--gen", "5"], r#"{"ids": [410,335,224,165], "gen": 5}"#),
         (
-            vec!["--ids", "1,2,3", "--gen", "7", "--temperature", "0.8", "--seed", "3"],
+            vec!["--ids", "410,335,224,165", "--gen", "5"],
+            r#"{"ids": [410,335,224,165], "gen": 5}"#,
+        ),
+        (
+            vec![
+                "--ids",
+                "1,2,3",
+                "--gen",
+                "7",
+                "--temperature",
+                "0.8",
+                "--seed",
+                "3",
+            ],
             r#"{"ids": [1,2,3], "gen": 7, "temperature": 0.8, "seed": 3}"#,
         ),
         (
-            vec!["--ids", "9,9,9,9,9,9,9", "--gen", "3", "--temperature", "1.2", "--seed", "99", "--top-k", "20"],
+            vec![
+                "--ids",
+                "9,9,9,9,9,9,9",
+                "--gen",
+                "3",
+                "--temperature",
+                "1.2",
+                "--seed",
+                "99",
+                "--top-k",
+                "20",
+            ],
             r#"{"ids": [9,9,9,9,9,9,9], "gen": 3, "temperature": 1.2, "seed": 99, "top_k": 20}"#,
         ),
         (
-            vec!["--ids", "44", "--gen", "9", "--temperature", "0.5", "--seed", "1", "--top-p", "0.7"],
+            vec![
+                "--ids",
+                "44",
+                "--gen",
+                "9",
+                "--temperature",
+                "0.5",
+                "--seed",
+                "1",
+                "--top-p",
+                "0.7",
+            ],
             r#"{"ids": [44], "gen": 9, "temperature": 0.5, "seed": 1, "top_p": 0.7}"#,
         ),
     ];
@@ -218,7 +287,11 @@ fn batch_lines_equal_their_runs_alone_at_every_parallel() {
         let mut a = vec![m.as_str()];
         a.extend_from_slice(args);
         let r = ok(&a, &format!("batch-alone{i}")).2;
-        want.push((r["generated_ids"].clone(), r["logits_hash"].clone(), r["stop_reason"].clone()));
+        want.push((
+            r["generated_ids"].clone(),
+            r["logits_hash"].clone(),
+            r["stop_reason"].clone(),
+        ));
     }
     let mut text: String = lines.iter().map(|(_, l)| format!("{l}\n")).collect();
     text.push_str("{\"ids\": [5], \"bogus\": 1}\n");
@@ -226,7 +299,11 @@ fn batch_lines_equal_their_runs_alone_at_every_parallel() {
     for par in ["1", "2", "3", "8"] {
         let o = run_k3([m.as_str(), "--batch", &file, "--parallel", par, "--quiet"]);
         let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "--parallel {par}: a bad line is exit 2: {err}");
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "--parallel {par}: a bad line is exit 2: {err}"
+        );
         let out: Vec<Value> = String::from_utf8_lossy(&o.stdout)
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
@@ -234,7 +311,11 @@ fn batch_lines_equal_their_runs_alone_at_every_parallel() {
         assert_eq!(out.len(), 5, "--parallel {par}");
         for (i, w) in want.iter().enumerate() {
             assert_eq!(out[i]["index"], i as u64);
-            let got = (out[i]["generated_ids"].clone(), out[i]["logits_hash"].clone(), out[i]["stop_reason"].clone());
+            let got = (
+                out[i]["generated_ids"].clone(),
+                out[i]["logits_hash"].clone(),
+                out[i]["stop_reason"].clone(),
+            );
             assert_eq!(&got, w, "--parallel {par}, line {i}");
         }
         assert_eq!(out[4]["index"], 4);
@@ -289,8 +370,19 @@ fn a_parallel_that_does_not_fit_names_the_largest_that_does() {
     let line = "{\"ids\": [1,2,3], \"gen\": 2}\n";
     let b = write(&dir, "b.jsonl", &line.repeat(4));
     let (code, err) = fails(&[
-        &m, "--batch", &b, "--parallel", "100000", "--ctx", "4000", "--mem-gb", "0.05",
+        &m,
+        "--batch",
+        &b,
+        "--parallel",
+        "100000",
+        "--ctx",
+        "4000",
+        "--mem-gb",
+        "0.05",
     ]);
     assert_eq!(code, 3, "{err}");
-    assert!(err.contains("--parallel 100000") && err.contains("largest --parallel that fits is"), "{err}");
+    assert!(
+        err.contains("--parallel 100000") && err.contains("largest --parallel that fits is"),
+        "{err}"
+    );
 }

@@ -36,7 +36,9 @@ fn opts(t: f64, seed: u64, gen: u64, stop_ids: Vec<u32>) -> SequenceOptions {
 }
 
 fn prompt(n: usize, salt: u32) -> Vec<u32> {
-    (0..n as u32).map(|i| (i * 37 + salt * 101 + 5) % 512).collect()
+    (0..n as u32)
+        .map(|i| (i * 37 + salt * 101 + 5) % 512)
+        .collect()
 }
 
 /// (generated ids, per-step logits hashes, logits hash) of one sequence run alone.
@@ -69,7 +71,14 @@ fn batched_forward_rows_equal_each_segment_alone() {
         if n > 0 {
             let p = prompt(n, n as u32);
             sess.model
-                .forward(&sess.ex, &mut sess.trunk, &mut sess.experts, st, &p, LogitRows::None)
+                .forward(
+                    &sess.ex,
+                    &mut sess.trunk,
+                    &mut sess.experts,
+                    st,
+                    &p,
+                    LogitRows::None,
+                )
                 .unwrap();
         }
     }
@@ -123,9 +132,20 @@ fn sequences_in_a_batch_equal_alone() {
         let mut sess = session(threads);
         let specs: Vec<(Vec<u32>, SequenceOptions)> = (0..n)
             .map(|i| {
-                let t = if i % 3 == 0 { 0.0 } else { 0.5 + i as f64 * 0.2 };
-                let stop = if i == 1 { vec![7, 100, 200, 300, 400] } else { vec![] };
-                (prompt(1 + i * 3 % 11, i as u32), opts(t, 40 + i as u64, 3 + i as u64, stop))
+                let t = if i % 3 == 0 {
+                    0.0
+                } else {
+                    0.5 + i as f64 * 0.2
+                };
+                let stop = if i == 1 {
+                    vec![7, 100, 200, 300, 400]
+                } else {
+                    vec![]
+                };
+                (
+                    prompt(1 + i * 3 % 11, i as u32),
+                    opts(t, 40 + i as u64, 3 + i as u64, stop),
+                )
             })
             .collect();
         let want: Vec<_> = specs
@@ -159,11 +179,25 @@ fn sequences_in_a_batch_equal_alone() {
             step += 1;
         }
         for (i, s) in seqs.iter().enumerate() {
-            assert_eq!(s.generated(), &want[i].0[..], "threads {threads}, sequence {i}: ids");
-            assert_eq!(per[i], want[i].1, "threads {threads}, sequence {i}: per-step hashes");
-            assert_eq!(s.logits_hash(), want[i].2, "threads {threads}, sequence {i}: hash");
+            assert_eq!(
+                s.generated(),
+                &want[i].0[..],
+                "threads {threads}, sequence {i}: ids"
+            );
+            assert_eq!(
+                per[i], want[i].1,
+                "threads {threads}, sequence {i}: per-step hashes"
+            );
+            assert_eq!(
+                s.logits_hash(),
+                want[i].2,
+                "threads {threads}, sequence {i}: hash"
+            );
         }
-        assert_eq!(seqs[1].stop_reason(), want_reason(&want[1].0, &[7, 100, 200, 300, 400], 4));
+        assert_eq!(
+            seqs[1].stop_reason(),
+            want_reason(&want[1].0, &[7, 100, 200, 300, 400], 4)
+        );
     }
 }
 

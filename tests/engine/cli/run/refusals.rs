@@ -204,10 +204,7 @@ fn non_finite_activation_names_layer_and_position() {
 fn flags_of_later_work_are_refused_not_ignored() {
     let model = fixture("tiny-k3");
     // (the budget flags --mem-gb, --trunk-gb, --cache-gb, --preset are implemented: stream/)
-    for flag in [
-        &["--save-state", "/tmp/x"][..],
-        &["--load-state", "/tmp/x"],
-    ] {
+    for flag in [&["--save-state", "/tmp/x"][..], &["--load-state", "/tmp/x"]] {
         let (code, err) = fails(&model, flag);
         assert_eq!(code, 2, "{flag:?}: {err}");
         assert!(
