@@ -6,19 +6,15 @@
 use super::args::{Args, Spec};
 use super::output::CliOutput;
 use super::progress::TerminalProgress;
-use super::tokenize::tokenizer_dir;
-use crate::bind::streamed::{self as bind, Prepared};
+use crate::bind::streamed as bind;
 use crate::census::Census;
 use crate::checkpoint::TensorIndex;
 use crate::error::{Error, Result};
-use crate::generate::sample::{os_seed, SamplerOverrides, SamplerSettings, Setting};
-use crate::generate::stop::StopRules;
+use crate::generate::sample::{SamplerOverrides, Setting};
 use crate::io::{IoFile, OutFile};
-use crate::model::state::DecodeState;
-use crate::model::{self, mla::MLA_FORM, Exec};
-use crate::plan::{gb_to_bytes, plan_run, Budget, ModelSizes, RunPlan, GB};
+use crate::model::mla::MLA_FORM;
+use crate::plan::{gb_to_bytes, Budget, GB};
 use crate::report::RunReport;
-use crate::report::SamplingReport;
 use crate::run::{decode, DecodeOptions, OpenOptions, Run};
 use crate::stream::pack::PackedTrunk;
 use crate::stream::policy::{DEFAULT_POLICY, POLICY_NAMES};
@@ -30,8 +26,12 @@ use std::time::Instant;
 
 mod batch;
 mod inputs;
+mod memory;
+mod state;
 
 use inputs::{check_inputs, compute, Inputs};
+use memory::plan_memory;
+use state::generation;
 
 const SPECS: &[Spec] = &[
     Spec::Value("prompt"),
@@ -555,46 +555,6 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
     res
 }
 
-/// The sampler settings (no `--seed` in a sampled run: one from the OS, printed) and the stop
-/// rules of the run, into the report's `sampling`. Errors (exit 2): `--stop` without a
-/// tokenizer; those of [`StopRules::new`]; exit 4 if the OS seed cannot be read.
-fn generation(
-    req: &Request,
-    inp: &Inputs,
-    rep: &mut RunReport,
-    say: &dyn Fn(&str),
-) -> Result<(SamplerSettings, StopRules)> {
-    let (mut settings, _) = req.sampling.apply(&SamplerSettings::greedy());
-    if !settings.is_greedy() && req.sampling.seed.is_none() && req.batch.is_none() {
-        settings.seed = os_seed()?;
-        say(&format!(
-            "seed: {} (from the OS; give --seed {} to repeat this run)",
-            settings.seed, settings.seed
-        ));
-    }
-    rep.sampling = SamplingReport {
-        temperature: settings.temperature,
-        top_p: settings.top_p,
-        top_k: settings.top_k,
-        min_p: settings.min_p,
-        seed: (!settings.is_greedy()).then_some(settings.seed),
-    };
-    if !req.stop_texts.is_empty() && inp.tok.is_none() {
-        return Err(Error::invalid(
-            "flag `--stop`: needs a tokenizer to see the generated text (give --tok DIR, or use --stop-id)",
-        ));
-    }
-    let rules = StopRules::new(
-        inp.end_ids.clone(),
-        req.stop_ids.clone(),
-        req.stop_texts.clone(),
-        req.gen as u64,
-        inp.positions as u64,
-        inp.d.v,
-    )?;
-    Ok((settings, rules))
-}
-
 /// The `--trunk` packed trunk, validated against the checkpoint (exit 2).
 fn open_packed(
     req: &Request,
@@ -616,143 +576,3 @@ fn open_packed(
     })
 }
 
-/// The memory plan of the run (ENGINE.md §4), shown and put in the report; exit 3 (with the
-/// smallest plan in the report) when it does not fit.
-// The model-size literal below is kept as it stood in `execute` (`&d` with `d: &Dims`): it
-// moves next to the planner in plan/ (issue 11, item 5), which drops this allow.
-#[allow(clippy::needless_borrow)]
-fn plan_memory(
-    req: &Request,
-    inp: &Inputs,
-    index: &TensorIndex,
-    prep: &Prepared,
-    ex: &Exec,
-    want_all: bool,
-    rep: &mut RunReport,
-) -> Result<RunPlan> {
-    let say = |s: &str| {
-        if !req.quiet {
-            crate::sayln!("{s}");
-        }
-    };
-    let sizes_for = |par: usize| model_sizes(req, inp, index, prep, ex, want_all, par);
-    let sizes = sizes_for(req.parallel);
-    let available = crate::io::sys::memory_available().available();
-    let rp = match plan_run(&sizes, &req.budget, available) {
-        Ok(p) => p,
-        Err(e) => {
-            // The report still carries the figures: the smallest plan of this model.
-            rep.plan = Some(crate::plan::minimum_plan(&sizes, available));
-            return Err(parallel_shortfall(&sizes_for, req, available, e));
-        }
-    };
-    let plan = rp.memory.clone();
-    say(&format!(
-        "{}\n  budget: {}{}{}",
-        plan.lines(),
-        rp.budget_name,
-        rp.budget
-            .map(|b| format!(" {}", crate::plan::gb(b)))
-            .unwrap_or_default(),
-        rp.notes
-            .iter()
-            .map(|n| format!("; {n}"))
-            .collect::<String>()
-    ));
-    rep.plan = Some(plan.clone());
-    rep.budget_name = rp.budget_name.clone();
-    rep.budget = rp.budget;
-    plan.check()?;
-    Ok(rp)
-}
-
-/// The sizes the planner needs for `par` sequences decoding together (each with its KDA
-/// state and MLA cache for the positions; a step's forward over `par` rows).
-#[allow(clippy::needless_borrow, clippy::too_many_arguments)]
-fn model_sizes(
-    req: &Request,
-    inp: &Inputs,
-    index: &TensorIndex,
-    prep: &Prepared,
-    ex: &Exec,
-    want_all: bool,
-    par: usize,
-) -> ModelSizes {
-    let (d, layers, positions) = (&inp.d, inp.layers, inp.positions);
-    // a --batch step is one forward over up to --parallel rows
-    let logits_rows = if want_all { req.chunk } else { par };
-    let chunk = req.chunk.min(positions.max(1)).max(par);
-    let moe_bound = (0..layers).filter(|&l| l >= d.first_dense).count();
-    let expert_bytes = model::expert_bytes(&d);
-    ModelSizes {
-        layer_runs: prep.layouts.iter().map(|l| l.bytes).collect(),
-        layer_vectors: (0..layers)
-            .map(|l| crate::plan::layer_vector_bytes(&d, l))
-            .sum(),
-        embed: prep.tables.embed.len,
-        lm_head: prep.tables.lm_head.as_ref().map(|m| m.len).unwrap_or(0),
-        row: 2 * d.h as u64,
-        vocab: d.v,
-        table_vectors: 2 * d.h as u64 * 4,
-        expert: expert_bytes,
-        expert_stride: crate::plan::buffer_bytes(expert_bytes),
-        experts_total: moe_bound * d.e,
-        top_k: d.kt,
-        kda_state: DecodeState::kda_bytes(&d, layers).saturating_mul(par as u64),
-        mla_cache: DecodeState::mla_bytes(&d, layers, positions.max(1)).saturating_mul(par as u64),
-        scratch: crate::plan::scratch_bytes(&d, chunk, logits_rows)
-            + crate::plan::kernel_scratch_bytes(&d, chunk, ex.threads()),
-        tokenizer: tokenizer_bytes(&req.args, &req.model_dir),
-        tensor_index: index.heap_bytes() as u64,
-        logits_rows,
-    }
-}
-
-/// A `--parallel N` plan that does not fit: the error says so with the largest N that fits
-/// (the sequences' KDA state and MLA cache scale with N; exit 3).
-fn parallel_shortfall(
-    sizes_for: &dyn Fn(usize) -> ModelSizes,
-    req: &Request,
-    available: Option<u64>,
-    e: Error,
-) -> Error {
-    let par = req.parallel;
-    if par <= 1 || e.exit_code() != 3 {
-        return e;
-    }
-    // the largest fitting N, by bisection (fitting is monotone in N)
-    let fit = |n: usize| plan_run(&sizes_for(n), &req.budget, available).is_ok();
-    let fits = if !fit(1) {
-        None
-    } else {
-        let (mut lo, mut hi) = (1usize, par);
-        while hi - lo > 1 {
-            let mid = lo + (hi - lo) / 2;
-            if fit(mid) {
-                lo = mid
-            } else {
-                hi = mid
-            }
-        }
-        Some(lo)
-    };
-    Error::resources(format!(
-        "flag `--parallel {par}`: {}; {}",
-        e.message,
-        match fits {
-            Some(n) => format!("the largest --parallel that fits is {n}"),
-            None => "not even --parallel 1 fits".to_string(),
-        }
-    ))
-}
-
-/// Bytes the tokenizer tables take in memory (estimate: twice the rank file).
-fn tokenizer_bytes(args: &Args, model_dir: &Path) -> u64 {
-    let dir = tokenizer_dir(
-        args.value_os("tok").map(PathBuf::from).as_deref(),
-        model_dir,
-    );
-    dir.and_then(|d| std::fs::metadata(d.join(crate::tokenizer::TIKTOKEN_FILE)).ok())
-        .map(|m| 2 * m.len())
-        .unwrap_or(0)
-}

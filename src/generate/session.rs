@@ -22,6 +22,8 @@ use crate::tokenizer::Tokenizer;
 use k3_kernels::Fnv1a64;
 use std::time::Instant;
 
+mod resume;
+
 /// The environment variable of the forced-reply test hook (module docs).
 pub const FORCE_IDS_ENV: &str = "K3_TEST_FORCE_IDS";
 
@@ -410,7 +412,8 @@ impl<'t, T: TrunkSource, E: ExpertSource> Session<'t, T, E> {
         let (s0, d0) = (self.experts.stats(), self.trunk.bytes_read());
         let teacher_forced = seq.rules.gen() == 0;
         let v = self.model.dims.v;
-        let ids = seq.ids.clone();
+        // a fresh sequence runs its prompt; a resumed one its pending id and the new input
+        let ids = seq.ids[seq.state.n_pos.min(seq.ids.len())..].to_vec();
         let (hash, hashed) = (&mut seq.hash, &mut seq.hashed);
         seq.logits = self.chunks(&mut seq.state, &ids, seq.all_rows, progress, &mut |rows| {
             sink(rows)?;
@@ -423,7 +426,7 @@ impl<'t, T: TrunkSource, E: ExpertSource> Session<'t, T, E> {
             Ok(())
         })?;
         seq.figures = self.figures_since(t, s0, d0);
-        seq.stop = seq.rules.before_first(ids.len() as u64);
+        seq.stop = seq.rules.before_first(seq.ids.len() as u64);
         Ok(())
     }
 
