@@ -11,6 +11,23 @@ use crate::stream::expert_cache::CacheStats;
 use crate::stream::tables::TableStats;
 use crate::stream::trunk::TrunkStats;
 
+/// The report's `state` object (FORMATS.md §10): the session state files of the run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StateReport {
+    /// `--load-state` path.
+    pub loaded: Option<String>,
+    /// `--save-state` path, once saved.
+    pub saved: Option<String>,
+    /// Positions in the loaded state.
+    pub n_pos_loaded: u64,
+    /// Ids generated before (the loaded header's stats).
+    pub generated_before: u64,
+    /// Sampler settings the run replaced (JSON keys).
+    pub sampler_changed: Vec<String>,
+    /// Ids this run ran through the model before its first choice.
+    pub prefilled_ids: u64,
+}
+
 /// The report's `batch` object (FORMATS.md §10) of a `--batch` run.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct BatchReport {
@@ -95,6 +112,8 @@ impl Timing {
 /// Everything a run reports.
 #[derive(Debug, Clone, Default)]
 pub struct RunReport {
+    /// The session state files (FORMATS.md §10 `state`); None when neither was given.
+    pub state: Option<StateReport>,
     /// The `--batch` totals (FORMATS.md §10 `batch`); None for one sequence.
     pub batch: Option<BatchReport>,
     /// The sampler settings (FORMATS.md §10 `sampling`; ENGINE.md §8).
@@ -332,13 +351,24 @@ impl RunReport {
                     .with("model_tables_streamed", self.tables_streamed)
                     .with("io_share", self.io_share()),
             )
-            .with(
-                "state",
+            .with("state", {
+                let st = self.state.clone().unwrap_or_default();
                 Object::new()
-                    .with("loaded", Value::Null)
-                    .with("saved", Value::Null)
-                    .with("n_pos_loaded", 0u64),
-            )
+                    .with("loaded", st.loaded.clone())
+                    .with("saved", st.saved.clone())
+                    .with("n_pos_loaded", st.n_pos_loaded)
+                    .with("generated_before", st.generated_before)
+                    .with(
+                        "sampler_changed",
+                        Value::Array(
+                            st.sampler_changed
+                                .iter()
+                                .map(|k| Value::from(k.as_str()))
+                                .collect(),
+                        ),
+                    )
+                    .with("prefilled_ids", st.prefilled_ids)
+            })
             .with(
                 "error",
                 self.error.as_ref().map(|e| {

@@ -13,7 +13,8 @@ use crate::config::Config;
 use crate::error::Result;
 use crate::generate::sample::SamplerSettings;
 pub use crate::generate::session::Progress;
-use crate::generate::session::{SequenceOptions, Session, StepEvent};
+use crate::generate::session::{Sequence, SequenceOptions, Session, StepEvent};
+use crate::generate::state_file::SequenceState;
 use crate::generate::stop::{StopReason, StopRules};
 use crate::io::IoFile;
 use crate::model::experts::ExpertSource;
@@ -48,7 +49,7 @@ pub struct Run {
 
 /// What the decode loop does with the ids (ENGINE.md §3).
 #[derive(Debug, Clone)]
-pub struct DecodeOptions {
+pub struct DecodeOptions<'a> {
     /// Every prompt row's logits are computed (and given to [`RunOutput::logits`]), not only
     /// the last (`--dump-logits`, `--gen 0`).
     pub all_rows: bool,
@@ -59,6 +60,8 @@ pub struct DecodeOptions {
     pub rules: StopRules,
     /// Positions the sequence may reach (`--ctx`, planned up front).
     pub capacity: usize,
+    /// A loaded state to continue (`--load-state`): its pending id and then `ids` run first.
+    pub resume: Option<&'a SequenceState>,
 }
 
 /// The session of the main job: the bound model over the streamed trunk and the (traced)
@@ -160,22 +163,29 @@ impl Run {
 pub fn decode(
     sess: &mut RunSession<'_>,
     ids: &[u32],
-    o: &DecodeOptions,
+    o: &DecodeOptions<'_>,
     out: &mut dyn RunOutput,
     progress: Option<&mut dyn Progress>,
     rep: &mut RunReport,
-) -> Result<()> {
-    let res = (|| -> Result<()> {
+) -> Result<Sequence> {
+    let res = (|| -> Result<Sequence> {
         let so = SequenceOptions {
             settings: o.settings.clone(),
             rules: o.rules.clone(),
             all_rows: o.all_rows,
         };
-        let mut seq = sess.sequence(ids, o.capacity, so)?;
+        let mut seq = match o.resume {
+            Some(st) => Sequence::from_state(&sess.model, st, ids, o.capacity, so)?,
+            None => sess.sequence(ids, o.capacity, so)?,
+        };
+        let prefilled = seq.ids().len() - seq.state().n_pos;
         sess.prefill(&mut seq, progress, &mut |rows| out.logits(rows))?;
+        if let Some(s) = rep.state.as_mut() {
+            s.prefilled_ids = prefilled as u64;
+        }
         rep.timing.prefill_seconds = seq.figures().seconds;
         rep.layers_completed = sess.model.layers.len();
-        out.prefilled(ids.len(), sess.chunk, rep.timing.prefill_seconds);
+        out.prefilled(prefilled, sess.chunk, rep.timing.prefill_seconds);
         while seq.active() {
             let f = sess.step(&mut [&mut seq], &mut |ev| match ev {
                 StepEvent::Chosen(_, c) => {
@@ -203,7 +213,7 @@ pub fn decode(
         rep.logits_hash = seq.logits_hash();
         out.finish(rep)?;
         sess.experts.finish_trace()?;
-        Ok(())
+        Ok(seq)
     })();
     rep.experts = sess.experts.stats();
     rep.cache = sess.experts.inner.cache_stats();

@@ -102,14 +102,10 @@ Memory (decimal GB, fractions allowed; see k3 --list-presets):
   --trunk-ring N       ring slots (default 2 when streaming and they fit, else 1)
   --cache-gb X         expert-cache budget (at least top-k experts)
   --cache-policy NAME  lru, fifo, sieve, s3-fifo, arc, 2q, lfu-da, lfu (default lfu)
-Not supported yet (refused): --save-state, --load-state.
+Sessions:
+  --save-state PATH    save the sequence at the end (FORMATS.md §9; the last id stays pending)
+  --load-state PATH    continue a saved sequence (then --ids/--prompt append, optional)
 ";
-
-/// Flags of ENGINE.md §3 that belong to later work: refused, never silently ignored.
-const NOT_YET: &[(&str, &str)] = &[
-    ("save-state", "session state files"),
-    ("load-state", "session state files"),
-];
 
 /// The parsed run request (the prompt is resolved once the tokenizer is loaded).
 #[derive(Debug)]
@@ -129,6 +125,10 @@ struct Request {
     batch: Option<PathBuf>,
     /// `--parallel N` (1 without it).
     parallel: usize,
+    /// `--load-state PATH`.
+    load_state: Option<PathBuf>,
+    /// `--save-state PATH`, opened (as its temporary) before any work.
+    save_state: Option<OutFile>,
     /// The sampling flags given.
     sampling: SamplerOverrides,
     threads: Option<usize>,
@@ -189,13 +189,6 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
             a.positional.len(),
             if a.positional.len() == 1 { "" } else { "s" }
         )));
-    }
-    for (flag, what) in NOT_YET {
-        if a.present(&[flag]).len() == 1 {
-            return Err(Error::invalid(format!(
-                "flag `--{flag}`: not supported yet ({what} is later work)"
-            )));
-        }
     }
     let preset = match a.value("preset")? {
         None => None,
@@ -261,8 +254,9 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
     }
     let batch = a.value_os("batch").map(PathBuf::from);
     let prompts = a.present(&["prompt", "prompt-file", "ids"]);
+    let load_state = a.value_os("load-state").map(PathBuf::from);
     match (&batch, prompts.first()) {
-        (None, None) => {
+        (None, None) if load_state.is_none() => {
             return Err(Error::invalid(
                 "no prompt: give one of `--prompt TEXT`, `--prompt-file PATH`, `--ids 1,2,3`, `--batch FILE`",
             ))
@@ -325,12 +319,21 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
     if layers == Some(0) {
         return Err(Error::invalid("flag `--layers`: must be at least 1"));
     }
-    let (out, dump_logits, trace_dir) = open_outputs(&a, &model_dir, trunk_dir.as_deref())?;
     let (full_recompute, quiet, isa) = (
         a.switch("full-recompute"),
         a.switch("quiet"),
         a.value("isa")?,
     );
+    state::check_flags(&a, full_recompute, gen)?;
+    let (out, dump_logits, trace_dir) = open_outputs(&a, &model_dir, trunk_dir.as_deref())?;
+    let save_state = match a.value_os("save-state") {
+        Some(p) => Some(OutFile::create(
+            "--save-state",
+            Path::new(&p),
+            "the state file",
+        )?),
+        None => None,
+    };
     Ok(Some(Request {
         config: a
             .value_os("config")
@@ -345,6 +348,8 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
         ctx,
         batch,
         parallel,
+        load_state,
+        save_state,
         sampling,
         threads,
         isa,
@@ -392,14 +397,22 @@ fn open_outputs(
         .into_iter()
         .flatten()
         .collect();
-    let input_files: Vec<&Path> = [config_path.as_ref(), prompt_file.as_ref()]
-        .into_iter()
-        .flatten()
-        .map(|p| p.as_path())
-        .collect();
+    let load_state = a.value_os("load-state").map(PathBuf::from);
+    let input_files: Vec<&Path> = [
+        config_path.as_ref(),
+        prompt_file.as_ref(),
+        load_state.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|p| p.as_path())
+    .collect();
     let mut outputs: Vec<(&str, PathBuf)> = Vec::new();
     outputs.extend(out_path.iter().map(|p| ("--out", p.clone())));
     outputs.extend(dump_path.iter().map(|p| ("--dump-logits", p.clone())));
+    if let Some(p) = a.value_os("save-state") {
+        outputs.push(("--save-state", PathBuf::from(p)));
+    }
     if let Some(t) = &trace_dir {
         for name in [TRACE_FILE, HIST_FILE] {
             outputs.push(("--dump-cache-trace", t.join(name)));
@@ -426,6 +439,7 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     };
     let out = req.out.take();
     let dump = req.dump_logits.take();
+    let save = req.save_state.take();
     let mut rep = RunReport {
         model_dir: req.model_dir.display().to_string(),
         mla_form: MLA_FORM.to_string(),
@@ -438,7 +452,7 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         stop_reason: "error".to_string(),
         ..RunReport::default()
     };
-    let res = execute(&req, dump, &mut rep, wall);
+    let res = execute(&req, dump, save, &mut rep, wall);
     rep.timing.wall_seconds = wall.elapsed().as_secs_f64();
     rep.peak_rss_bytes = crate::io::sys::peak_rss_bytes().unwrap_or(0);
     if let Err(e) = &res {
@@ -459,7 +473,13 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     res
 }
 
-fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Instant) -> Result<()> {
+fn execute(
+    req: &Request,
+    dump: Option<OutFile>,
+    save: Option<OutFile>,
+    rep: &mut RunReport,
+    wall: Instant,
+) -> Result<()> {
     let quiet = req.quiet;
     let say = |s: &str| {
         if !quiet {
@@ -468,7 +488,6 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
     };
     let mut inp = check_inputs(req, rep)?;
     let ex = compute(req, rep)?;
-    let (settings, rules) = generation(req, &inp, rep, &say)?;
     let (cfg, d, layers) = (&inp.cfg, &inp.d, inp.layers);
     say(&format!(
         "config: {}, hidden {}, {} layers ({} KDA, {} MLA; map {}), vocab {}, {} experts top-{} + {} shared, latent {}, AttnRes block {}{}",
@@ -504,6 +523,18 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
     if layers == d.nl {
         census.check(&req.model_dir.display().to_string())?;
     }
+    // A loaded state is checked against this model before anything is planned or run.
+    let loaded = state::load(req, &inp, &index, &census, rep)?;
+    if let Some(l) = &loaded {
+        inp.positions = l.positions;
+    }
+    let save_id = match (&save, &loaded) {
+        (None, _) => None,
+        (Some(_), Some(l)) => Some(l.id.clone()),
+        (Some(_), None) => Some(state::identity(&inp, &index, &census)?),
+    };
+    let generated_before = loaded.as_ref().map_or(0, |l| l.st.generated);
+    let (settings, rules) = generation(req, &inp, loaded.as_ref().map(|l| &l.st), rep, &say)?;
     let want_all = dump.is_some() || req.gen == 0;
     // Layouts (no tensor read), the packed trunk (validated), then the plan: all before any
     // large allocation.
@@ -539,6 +570,7 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
         settings,
         rules,
         capacity: inp.positions.max(1),
+        resume: loaded.as_ref().map(|l| &l.st),
     };
     let res = decode(
         &mut sess,
@@ -552,7 +584,11 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
         crate::sayln!("{line}");
     }
     rep.timing.wall_seconds = wall.elapsed().as_secs_f64();
-    res
+    let seq = res?;
+    if let (Some(out), Some(id)) = (save, save_id) {
+        state::save(out, &seq, &id, generated_before, rep)?;
+    }
+    Ok(())
 }
 
 /// The `--trunk` packed trunk, validated against the checkpoint (exit 2).
@@ -575,4 +611,3 @@ fn open_packed(
         None => None,
     })
 }
-

@@ -75,7 +75,12 @@ pub(super) fn check_inputs(req: &Request, rep: &mut RunReport) -> Result<Inputs>
             ))
         })?;
     }
-    let ids = if req.batch.is_some() {
+    let no_prompt = req
+        .args
+        .present(&["prompt", "prompt-file", "ids"])
+        .is_empty();
+    // --batch holds its prompts; after --load-state the new input is optional
+    let ids = if req.batch.is_some() || no_prompt {
         Vec::new()
     } else {
         prompt_ids(&req.args, tok.as_ref())?
