@@ -386,3 +386,111 @@ fn a_parallel_that_does_not_fit_names_the_largest_that_does() {
         "{err}"
     );
 }
+
+/// (generated ids, per-step logits hashes, logits hash) of a report.
+fn ids_steps_hash(rep: &Value) -> (Vec<Value>, Vec<Value>, Value) {
+    let (ids, hash, steps) = outcome(rep);
+    (ids.as_array().unwrap().clone(), steps, hash)
+}
+
+#[test]
+fn save_after_n_then_load_and_m_equals_n_plus_m() {
+    let m = tiny();
+    let dir = scratch_dir("generate-cli-state");
+    let st = dir.join("s.k3");
+    let st = st.to_str().unwrap();
+    for (name, sampling) in [
+        ("greedy", vec![]),
+        (
+            "sampled",
+            vec!["--temperature", "0.9", "--top-k", "30", "--seed", "5"],
+        ),
+    ] {
+        let run = |extra: &[&str], n: &str| {
+            let mut a = vec![m.as_str()];
+            a.extend_from_slice(extra);
+            a.extend_from_slice(&sampling);
+            ids_steps_hash(&ok(&a, &format!("state-{name}-{n}")).2)
+        };
+        let full = run(&["--ids", P, "--gen", "11"], "full");
+        let first = run(&["--ids", P, "--gen", "4", "--save-state", st], "first");
+        let (rest_ids, rest_steps, rest_hash) = run(&["--load-state", st, "--gen", "7"], "rest");
+        assert_eq!([first.0.clone(), rest_ids].concat(), full.0, "{name}: ids");
+        assert_eq!(rest_steps[..], full.1[4..], "{name}: per-step hashes");
+        assert_eq!(rest_hash, full.2, "{name}: the logits hash continues");
+        // appending new input after the state equals the uninterrupted run over all the ids
+        let first_ids: Vec<String> = first.0.iter().map(|v| v.to_string()).collect();
+        let extra = "17,18";
+        let cont = run(
+            &["--load-state", st, "--ids", extra, "--gen", "3"],
+            "append",
+        );
+        let all = format!("{P},{},{extra}", first_ids.join(","));
+        let (_, _, whole) = ok(
+            &{
+                let mut a = vec![m.as_str(), "--ids", &all, "--gen", "3"];
+                a.extend_from_slice(&sampling);
+                a
+            },
+            &format!("state-{name}-whole"),
+        );
+        assert_eq!(
+            cont.0,
+            whole["generated_ids"].as_array().unwrap().clone(),
+            "{name}: appended input"
+        );
+    }
+}
+
+#[test]
+fn bad_state_files_and_combinations_are_refused() {
+    let m = tiny();
+    let dir = scratch_dir("generate-cli-badstate");
+    let st = dir.join("s.k3");
+    let sts = st.to_str().unwrap();
+    ok(
+        &[&m, "--ids", P, "--gen", "3", "--save-state", sts],
+        "badstate-save",
+    );
+    let bytes = std::fs::read(&st).unwrap();
+    let b = write(&dir, "b.jsonl", "{\"ids\": [1]}\n");
+    for (extra, want) in [
+        (vec!["--full-recompute"], "--full-recompute"),
+        (vec!["--batch", b.as_str()], "--batch"),
+    ] {
+        let mut a = vec![m.as_str(), "--load-state", sts, "--gen", "2"];
+        a.extend_from_slice(&extra);
+        let (code, err) = fails(&a);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("--load-state") && err.contains(want), "{err}");
+    }
+    let (code, err) = fails(&[&m, "--ids", P, "--gen", "0", "--save-state", sts]);
+    assert_eq!(code, 2, "{err}");
+    // truncated, flipped checksum byte
+    let cut = dir.join("cut.k3");
+    std::fs::write(&cut, &bytes[..bytes.len() - 9]).unwrap();
+    let flip = dir.join("flip.k3");
+    let mut f = bytes.clone();
+    let mid = f.len() / 2;
+    f[mid] ^= 1;
+    std::fs::write(&flip, &f).unwrap();
+    for p in [&cut, &flip] {
+        let (code, err) = fails(&[&m, "--load-state", p.to_str().unwrap(), "--gen", "2"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains(p.to_str().unwrap()), "{err}");
+    }
+    // a config that differs in one field: the first differing key=value is named
+    let other = crate::support::copy_dir(&fixture("tiny-k3"), "generate-cli-otherconfig");
+    let cfgp = other.join("config.json");
+    let text = std::fs::read_to_string(&cfgp).unwrap();
+    let changed = text.replacen(
+        "\"routed_scaling_factor\": 1.0",
+        "\"routed_scaling_factor\": 1.5",
+        1,
+    );
+    assert_ne!(text, changed, "the fixture's routed_scaling_factor moved");
+    std::fs::write(&cfgp, changed).unwrap();
+    let (code, err) = fails(&[other.to_str().unwrap(), "--load-state", sts, "--gen", "2"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("routed_scaling_factor="), "{err}");
+}
