@@ -132,6 +132,9 @@ pub struct Census {
 struct Collector {
     problems: Vec<String>,
     truncated: bool,
+    /// Per absent shard holding required tensors: (shard file name, its problem's index when
+    /// listed, required tensors in it, the first one). One problem per shard, not per tensor.
+    absent: Vec<(String, Option<usize>, usize, String)>,
 }
 
 impl Collector {
@@ -144,6 +147,30 @@ impl Collector {
     }
     fn full(&self) -> bool {
         self.truncated
+    }
+    /// Counts `name` against the absent shard `shard`; the first one gets a problem line.
+    fn absent(&mut self, shard: &str, name: &str) {
+        if let Some(a) = self.absent.iter_mut().find(|a| a.0 == shard) {
+            a.2 += 1;
+            return;
+        }
+        let at = (self.problems.len() < MAX_PROBLEMS).then_some(self.problems.len());
+        self.push(String::new());
+        self.absent
+            .push((shard.to_string(), at, 1, name.to_string()));
+    }
+    /// The problems, with each absent shard's line naming its count.
+    fn finish(mut self) -> (Vec<String>, bool) {
+        for (shard, at, n, first) in &self.absent {
+            if let Some(i) = at {
+                self.problems[*i] = format!(
+                    "shard {shard} is not present (the index file maps {n} required tensor{} to it, \
+                     first {first}); download it",
+                    if *n == 1 { "" } else { "s" }
+                );
+            }
+        }
+        (self.problems, self.truncated)
     }
 }
 
@@ -169,7 +196,10 @@ fn check_required<'i>(
     let info = match index.get(name) {
         Some(i) => i,
         None => {
-            c.push(missing_msg(index, name));
+            match index.absent_shard_of(name) {
+                Some(s) => c.absent(&s.file_name, name),
+                None => c.push(missing_msg(index, name)),
+            }
             return None;
         }
     };
@@ -199,6 +229,7 @@ impl Census {
         let mut c = Collector {
             problems: Vec::new(),
             truncated: false,
+            absent: Vec::new(),
         };
         let mut counts = ClassCounts::default();
         let mut bound = vec![false; index.shards().len()];
@@ -404,9 +435,10 @@ impl Census {
             }
         }
 
+        let (problems, truncated) = c.finish();
         Census {
-            truncated: c.truncated,
-            problems: c.problems,
+            truncated,
+            problems,
             counts,
             ledger: Ledger {
                 layers,

@@ -16,12 +16,13 @@
 //! * an open-addressed table of u32 entry indices (load ≤ 1/2), keyed by a hash that mixes
 //!   every byte of the full name (8 bytes per multiply-rotate step, then an avalanche).
 //!
-//! About 44 bytes per tensor including names at the released scale (see `tests/checkpoint.rs`).
+//! About 44 bytes per tensor including names at the released scale (see
+//! `tests/engine/checkpoint/`).
 
 use crate::error::{Error, Result};
-use crate::fnv::{fnv1a64, fnv1a64_continue, FNV_OFFSET};
 use crate::json::{Kind, Scanner};
 use crate::safetensors::{self, Dtype, FastBuildHasher, FastHasher, ShardHeader};
+use k3_kernels::{fnv1a64, Fnv1a64};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::Hasher;
@@ -349,7 +350,7 @@ impl TensorIndex {
         let mut ids: Vec<usize> = shards.to_vec();
         ids.sort_unstable();
         ids.dedup();
-        let mut h = FNV_OFFSET;
+        let mut h = Fnv1a64::new();
         for id in ids {
             let s = self.shards.get(id).ok_or_else(|| {
                 Error::internal(format!("weights_tag: shard index {id} out of range"))
@@ -363,9 +364,9 @@ impl TensorIndex {
                     s.path.display()
                 )));
             }
-            h = fnv1a64_continue(h, &raw.bytes);
+            h.update(&raw.bytes);
         }
-        Ok(h)
+        Ok(h.finish())
     }
 }
 

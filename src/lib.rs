@@ -7,8 +7,11 @@
 //! model's views; streaming supplies bytes to the model; `run` opens a model with a plan and
 //! decodes; `cli` parses flags, plans, prints and composes all.
 
-// Standard output and error go through `say!`, `sayln!` and `out!`, which never panic.
+// Standard error goes through `say!` and `sayln!`, which never panic; standard output through
+// `cli::write_stdout`, whose failure is exit 4.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
+// `unsafe` lives in the I/O layer only (DEVELOPERS.md); the kernels crate has its own.
+#![deny(unsafe_code)]
 
 /// `eprint!` that never panics: a closed or full standard error (`k3 … 2>&1 | head`) must not
 /// abort a run that is still computing or writing its outputs; the text is dropped instead.
@@ -33,25 +36,17 @@ macro_rules! sayln {
     }};
 }
 
-/// `print!` for short informational output (usage, version, tables) that never panics on a
-/// closed standard output.
-#[macro_export]
-macro_rules! out {
-    ($($t:tt)*) => {{
-        use std::io::Write as _;
-        let _ = write!(std::io::stdout(), $($t)*);
-    }};
-}
-
 pub mod bind;
 pub mod catalogue;
 pub mod census;
+pub mod chat;
 pub mod checkpoint;
 pub mod cli;
 pub mod config;
+pub mod digest;
 pub mod error;
-pub mod fnv;
 pub mod generate;
+#[allow(unsafe_code)]
 pub mod io;
 pub mod json;
 pub mod model;
@@ -61,8 +56,12 @@ pub mod run;
 pub mod safetensors;
 pub mod stream;
 pub mod tokenizer;
+pub mod units;
 
 pub use error::{Error, ErrorKind, Result};
+/// FNV-1a-64 (FORMATS.md §1): the kernels' one, for the config fingerprint, the weights tag,
+/// header checksums and logits hashes.
+pub use k3_kernels::fnv;
 
 /// Engine version and git commit, embedded by build.rs.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -3,13 +3,14 @@
 //! and a rename, also after a failure (with `error` set).
 
 use crate::error::{Error, Result};
-use crate::fnv::hex;
 use crate::json::{Object, Value};
 use crate::model::experts::ExpertStats;
-use crate::plan::{gb, MemoryPlan};
+use crate::plan::MemoryPlan;
 use crate::stream::expert_cache::CacheStats;
 use crate::stream::tables::TableStats;
 use crate::stream::trunk::TrunkStats;
+use crate::units::gb;
+use crate::units::hex;
 
 /// The report's `state` object (FORMATS.md §10): the session state files of the run.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -11,8 +11,8 @@
 //! I/O layer (`io`) with positioned reads.
 
 use crate::error::{Error, Result};
-use crate::fnv::fnv1a64;
 use crate::json::{JsonError, Kind, Scanner};
+use k3_kernels::fnv1a64;
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;

@@ -30,7 +30,11 @@
 //! (`x86_64::avx2`, `aarch64::neon`) with the same function names, and the dispatch in
 //! [`Kernels`], decided when the value is built (CPU detection runs once and is cached).
 
+// Every unsafe operation inside an `unsafe fn` sits in its own `unsafe` block with its reason.
+#![deny(unsafe_op_in_unsafe_fn)]
+
 pub mod argmax;
+#[cfg(feature = "battery")]
 pub mod battery;
 pub mod cast;
 mod error;

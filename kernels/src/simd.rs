@@ -24,40 +24,79 @@ pub(crate) trait Simd {
     /// Number of lanes (≤ [`MAX_LANES`]).
     const N: usize;
 
+    /// # Safety: the CPU supports the implementing ISA.
     unsafe fn splat(x: f64) -> Self::V;
+    /// # Safety: the CPU supports the implementing ISA; each pointer is valid for the elements read
+    /// or written (the vector width or the count given), any alignment.
     unsafe fn load(p: *const f64) -> Self::V;
+    /// # Safety: the CPU supports the implementing ISA; each pointer is valid for the elements read
+    /// or written (the vector width or the count given), any alignment.
     unsafe fn store(p: *mut f64, v: Self::V);
     /// N fp32 values widened exactly.
+    ///
+    /// # Safety: the CPU supports the implementing ISA; each pointer is valid for the elements read
+    /// or written (the vector width or the count given), any alignment.
     unsafe fn load_f32(p: *const f32) -> Self::V;
     /// N BF16 patterns widened exactly.
+    ///
+    /// # Safety: the CPU supports the implementing ISA; each pointer is valid for the elements read
+    /// or written (the vector width or the count given), any alignment.
     unsafe fn load_bf16(p: *const u16) -> Self::V;
     /// `rnd` of each lane (round to nearest even) stored as N fp32 values.
+    ///
+    /// # Safety: the CPU supports the implementing ISA; each pointer is valid for the elements read
+    /// or written (the vector width or the count given), any alignment.
     unsafe fn store_f32(p: *mut f32, v: Self::V);
+    /// # Safety: the CPU supports the implementing ISA.
     unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
+    /// # Safety: the CPU supports the implementing ISA.
     unsafe fn sub(a: Self::V, b: Self::V) -> Self::V;
+    /// # Safety: the CPU supports the implementing ISA.
     unsafe fn mul(a: Self::V, b: Self::V) -> Self::V;
+    /// # Safety: the CPU supports the implementing ISA.
     unsafe fn div(a: Self::V, b: Self::V) -> Self::V;
     /// Exact round toward −inf (an IEEE conversion, equal to the scalar `floor`).
+    ///
+    /// # Safety: the CPU supports the implementing ISA.
     unsafe fn floor(a: Self::V) -> Self::V;
     /// Sign flip (exact).
+    ///
+    /// # Safety: the CPU supports the implementing ISA.
     unsafe fn neg(a: Self::V) -> Self::V;
     /// Clears the sign (exact).
+    ///
+    /// # Safety: the CPU supports the implementing ISA.
     unsafe fn abs(a: Self::V) -> Self::V;
     /// `t` with the sign bit of `x` OR-ed in (for non-negative `t` this is "t with the sign
     /// of x").
+    ///
+    /// # Safety: the CPU supports the implementing ISA.
     unsafe fn or_sign(t: Self::V, x: Self::V) -> Self::V;
     /// Ordered comparisons (false when a lane is NaN).
+    ///
+    /// # Safety: the CPU supports the implementing ISA.
     unsafe fn gt(a: Self::V, b: Self::V) -> Self::M;
+    /// # Safety: the CPU supports the implementing ISA.
     unsafe fn lt(a: Self::V, b: Self::V) -> Self::M;
+    /// # Safety: the CPU supports the implementing ISA.
     unsafe fn ge(a: Self::V, b: Self::V) -> Self::M;
+    /// # Safety: the CPU supports the implementing ISA.
     unsafe fn is_nan(a: Self::V) -> Self::M;
+    /// # Safety: the CPU supports the implementing ISA.
     unsafe fn or_m(a: Self::M, b: Self::M) -> Self::M;
     /// Per lane: `m ? a : b`.
+    ///
+    /// # Safety: the CPU supports the implementing ISA.
     unsafe fn select(m: Self::M, a: Self::V, b: Self::V) -> Self::V;
     /// 2^k for integer-valued lanes k in −1022…1023, built from the bit pattern
     /// ((k + 1023) << 52) exactly as the scalar `exp64` does.
+    ///
+    /// # Safety: the CPU supports the implementing ISA.
     unsafe fn pow2i(k: Self::V) -> Self::V;
     /// The ISA's canonical 16-lane `dot` of two fp32 vectors (MODEL.md §5.2).
+    ///
+    /// # Safety: the CPU supports the implementing ISA; the slice lengths are those `Kernels` checks
+    /// (the scalar twin's contract), so every index used is in bounds; any alignment.
     unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f64;
 }
 
@@ -65,60 +104,78 @@ pub(crate) trait Simd {
 
 /// `exp64` per lane: special lanes (NaN, > 709, < −708) are computed on 0 and replaced at the
 /// end with what the scalar function returns early.
+///
+/// # Safety: the CPU supports the ISA of `S`.
 #[inline(always)]
 pub(crate) unsafe fn exp_v<S: Simd>(x: S::V) -> S::V {
-    let hi = S::gt(x, S::splat(EXP_HI));
-    let lo = S::lt(x, S::splat(EXP_LO));
-    let nan = S::is_nan(x);
-    let xs = S::select(S::or_m(S::or_m(hi, lo), nan), S::splat(0.0), x);
-    let kk = S::floor(S::add(S::mul(xs, S::splat(LOG2E)), S::splat(0.5)));
-    let r = S::sub(
-        S::sub(xs, S::mul(kk, S::splat(LN2_HI))),
-        S::mul(kk, S::splat(LN2_LO)),
-    );
-    let mut p = S::splat(EXP_C[13]);
-    let mut j = 13;
-    while j > 0 {
-        j -= 1;
-        p = S::add(S::mul(p, r), S::splat(EXP_C[j]));
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let hi = S::gt(x, S::splat(EXP_HI));
+        let lo = S::lt(x, S::splat(EXP_LO));
+        let nan = S::is_nan(x);
+        let xs = S::select(S::or_m(S::or_m(hi, lo), nan), S::splat(0.0), x);
+        let kk = S::floor(S::add(S::mul(xs, S::splat(LOG2E)), S::splat(0.5)));
+        let r = S::sub(
+            S::sub(xs, S::mul(kk, S::splat(LN2_HI))),
+            S::mul(kk, S::splat(LN2_LO)),
+        );
+        let mut p = S::splat(EXP_C[13]);
+        let mut j = 13;
+        while j > 0 {
+            j -= 1;
+            p = S::add(S::mul(p, r), S::splat(EXP_C[j]));
+        }
+        let res = S::mul(p, S::pow2i(kk));
+        let res = S::select(hi, S::splat(f64::INFINITY), res);
+        let res = S::select(lo, S::splat(0.0), res);
+        S::select(nan, x, res)
     }
-    let res = S::mul(p, S::pow2i(kk));
-    let res = S::select(hi, S::splat(f64::INFINITY), res);
-    let res = S::select(lo, S::splat(0.0), res);
-    S::select(nan, x, res)
 }
 
 /// `tanh64` per lane (all three branches computed, the scalar one selected).
+///
+/// # Safety: the CPU supports the ISA of `S`.
 #[inline(always)]
 pub(crate) unsafe fn tanh_v<S: Simd>(x: S::V) -> S::V {
-    let one = S::splat(1.0);
-    let a = S::abs(x);
-    let small = S::lt(a, S::splat(TANH_SMALL));
-    let big = S::gt(a, S::splat(TANH_BIG));
-    let nan = S::is_nan(x);
-    let t = S::mul(x, x);
-    let sm = S::sub(x, S::div(S::mul(t, x), S::splat(3.0)));
-    let e = exp_v::<S>(S::neg(S::mul(S::splat(2.0), a)));
-    let mid = S::or_sign(S::div(S::sub(one, e), S::add(one, e)), x);
-    let res = S::select(small, sm, mid);
-    let res = S::select(big, S::or_sign(one, x), res);
-    S::select(nan, x, res)
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let one = S::splat(1.0);
+        let a = S::abs(x);
+        let small = S::lt(a, S::splat(TANH_SMALL));
+        let big = S::gt(a, S::splat(TANH_BIG));
+        let nan = S::is_nan(x);
+        let t = S::mul(x, x);
+        let sm = S::sub(x, S::div(S::mul(t, x), S::splat(3.0)));
+        let e = exp_v::<S>(S::neg(S::mul(S::splat(2.0), a)));
+        let mid = S::or_sign(S::div(S::sub(one, e), S::add(one, e)), x);
+        let res = S::select(small, sm, mid);
+        let res = S::select(big, S::or_sign(one, x), res);
+        S::select(nan, x, res)
+    }
 }
 
 /// `sig64` per lane.
+///
+/// # Safety: the CPU supports the ISA of `S`.
 #[inline(always)]
 pub(crate) unsafe fn sig_v<S: Simd>(x: S::V) -> S::V {
-    let one = S::splat(1.0);
-    let ge = S::ge(x, S::splat(0.0));
-    let e = exp_v::<S>(S::select(ge, S::neg(x), x));
-    let d = S::add(one, e);
-    S::select(ge, S::div(one, d), S::div(e, d))
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let one = S::splat(1.0);
+        let ge = S::ge(x, S::splat(0.0));
+        let e = exp_v::<S>(S::select(ge, S::neg(x), x));
+        let d = S::add(one, e);
+        S::select(ge, S::div(one, d), S::div(e, d))
+    }
 }
 
 /// `silu64` per lane.
+///
+/// # Safety: the CPU supports the ISA of `S`.
 #[inline(always)]
 pub(crate) unsafe fn silu_v<S: Simd>(x: S::V) -> S::V {
-    S::mul(x, sig_v::<S>(x))
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe { S::mul(x, sig_v::<S>(x)) }
 }
 
 // ----- per-lane operations ---------------------------------------------------------------
@@ -129,11 +186,13 @@ pub(crate) unsafe fn silu_v<S: Simd>(x: S::V) -> S::V {
 
 /// A one-input lane operation.
 pub(crate) trait Op1<S: Simd> {
+    /// # Safety: the CPU supports the ISA of `S`.
     unsafe fn apply(&self, x: S::V) -> S::V;
 }
 
 /// A two-input lane operation.
 pub(crate) trait Op2<S: Simd> {
+    /// # Safety: the CPU supports the ISA of `S`.
     unsafe fn apply(&self, a: S::V, b: S::V) -> S::V;
 }
 
@@ -141,7 +200,8 @@ struct Exp;
 impl<S: Simd> Op1<S> for Exp {
     #[inline(always)]
     unsafe fn apply(&self, x: S::V) -> S::V {
-        exp_v::<S>(x)
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { exp_v::<S>(x) }
     }
 }
 
@@ -149,7 +209,8 @@ struct Tanh;
 impl<S: Simd> Op1<S> for Tanh {
     #[inline(always)]
     unsafe fn apply(&self, x: S::V) -> S::V {
-        tanh_v::<S>(x)
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { tanh_v::<S>(x) }
     }
 }
 
@@ -157,13 +218,15 @@ struct Sig;
 impl<S: Simd> Op1<S> for Sig {
     #[inline(always)]
     unsafe fn apply(&self, x: S::V) -> S::V {
-        sig_v::<S>(x)
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { sig_v::<S>(x) }
     }
 }
 impl<S: Simd> Op2<S> for Sig {
     #[inline(always)]
     unsafe fn apply(&self, x: S::V, _: S::V) -> S::V {
-        sig_v::<S>(x)
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { sig_v::<S>(x) }
     }
 }
 
@@ -171,13 +234,15 @@ struct Silu;
 impl<S: Simd> Op1<S> for Silu {
     #[inline(always)]
     unsafe fn apply(&self, x: S::V) -> S::V {
-        silu_v::<S>(x)
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { silu_v::<S>(x) }
     }
 }
 impl<S: Simd> Op2<S> for Silu {
     #[inline(always)]
     unsafe fn apply(&self, x: S::V, _: S::V) -> S::V {
-        silu_v::<S>(x)
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { silu_v::<S>(x) }
     }
 }
 
@@ -189,12 +254,15 @@ struct Situ<S: Simd> {
 impl<S: Simd> Op2<S> for Situ<S> {
     #[inline(always)]
     unsafe fn apply(&self, a: S::V, b: S::V) -> S::V {
-        let big_a = S::mul(
-            S::mul(self.b1, tanh_v::<S>(S::div(a, self.b1))),
-            sig_v::<S>(a),
-        );
-        let big_b = S::mul(self.b2, tanh_v::<S>(S::div(b, self.b2)));
-        S::mul(big_a, big_b)
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe {
+            let big_a = S::mul(
+                S::mul(self.b1, tanh_v::<S>(S::div(a, self.b1))),
+                sig_v::<S>(a),
+            );
+            let big_b = S::mul(self.b2, tanh_v::<S>(S::div(b, self.b2)));
+            S::mul(big_a, big_b)
+        }
     }
 }
 
@@ -203,7 +271,8 @@ struct Gate;
 impl<S: Simd> Op2<S> for Gate {
     #[inline(always)]
     unsafe fn apply(&self, o: S::V, g: S::V) -> S::V {
-        S::mul(o, sig_v::<S>(g))
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { S::mul(o, sig_v::<S>(g)) }
     }
 }
 
@@ -212,7 +281,8 @@ struct Add;
 impl<S: Simd> Op2<S> for Add {
     #[inline(always)]
     unsafe fn apply(&self, p: S::V, y: S::V) -> S::V {
-        S::add(p, y)
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { S::add(p, y) }
     }
 }
 
@@ -223,7 +293,8 @@ struct NormScale<S: Simd> {
 impl<S: Simd> Op2<S> for NormScale<S> {
     #[inline(always)]
     unsafe fn apply(&self, x: S::V, w: S::V) -> S::V {
-        S::mul(S::mul(x, self.r), w)
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { S::mul(S::mul(x, self.r), w) }
     }
 }
 
@@ -235,7 +306,8 @@ struct Decay<S: Simd> {
 impl<S: Simd> Op2<S> for Decay<S> {
     #[inline(always)]
     unsafe fn apply(&self, z: S::V, dt: S::V) -> S::V {
-        exp_v::<S>(S::mul(self.gmin, sig_v::<S>(S::mul(self.a, S::add(z, dt)))))
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { exp_v::<S>(S::mul(self.gmin, sig_v::<S>(S::mul(self.a, S::add(z, dt))))) }
     }
 }
 
@@ -244,7 +316,8 @@ struct DecayState;
 impl<S: Simd> Op2<S> for DecayState {
     #[inline(always)]
     unsafe fn apply(&self, s: S::V, alpha: S::V) -> S::V {
-        S::mul(alpha, s)
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { S::mul(alpha, s) }
     }
 }
 
@@ -255,112 +328,151 @@ struct DeltaWrite<S: Simd> {
 impl<S: Simd> Op2<S> for DeltaWrite<S> {
     #[inline(always)]
     unsafe fn apply(&self, s: S::V, k: S::V) -> S::V {
-        S::add(s, S::mul(k, self.delta))
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { S::add(s, S::mul(k, self.delta)) }
     }
 }
 
 // ----- slice drivers -------------------------------------------------------------------------
 
 /// y\[i\] = f(x\[i\]) over f64 slices; the tail runs through the same vector code on a padded copy.
+///
+/// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+/// (the scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 unsafe fn map64<S: Simd, F: Op1<S>>(x: &[f64], y: &mut [f64], f: F) {
-    let n = x.len().min(y.len());
-    let mut i = 0;
-    while i + S::N <= n {
-        S::store(y.as_mut_ptr().add(i), f.apply(S::load(x.as_ptr().add(i))));
-        i += S::N;
-    }
-    if i < n {
-        let mut tx = [0.0f64; MAX_LANES];
-        let mut ty = [0.0f64; MAX_LANES];
-        tx[..n - i].copy_from_slice(&x[i..n]);
-        S::store(ty.as_mut_ptr(), f.apply(S::load(tx.as_ptr())));
-        y[i..n].copy_from_slice(&ty[..n - i]);
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let n = x.len().min(y.len());
+        let mut i = 0;
+        while i + S::N <= n {
+            S::store(y.as_mut_ptr().add(i), f.apply(S::load(x.as_ptr().add(i))));
+            i += S::N;
+        }
+        if i < n {
+            let mut tx = [0.0f64; MAX_LANES];
+            let mut ty = [0.0f64; MAX_LANES];
+            tx[..n - i].copy_from_slice(&x[i..n]);
+            S::store(ty.as_mut_ptr(), f.apply(S::load(tx.as_ptr())));
+            y[i..n].copy_from_slice(&ty[..n - i]);
+        }
     }
 }
 
 /// y\[i\] = rnd(f(a\[i\], b\[i\])) over fp32 slices (b may be `a` for one-input maps).
+///
+/// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+/// (the scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 unsafe fn map2<S: Simd, F: Op2<S>>(a: &[f32], b: &[f32], y: &mut [f32], f: F) {
-    let n = y.len();
-    let mut i = 0;
-    while i + S::N <= n {
-        let v = f.apply(
-            S::load_f32(a.as_ptr().add(i)),
-            S::load_f32(b.as_ptr().add(i)),
-        );
-        S::store_f32(y.as_mut_ptr().add(i), v);
-        i += S::N;
-    }
-    if i < n {
-        let mut ta = [0.0f32; MAX_LANES];
-        let mut tb = [0.0f32; MAX_LANES];
-        let mut ty = [0.0f32; MAX_LANES];
-        ta[..n - i].copy_from_slice(&a[i..n]);
-        tb[..n - i].copy_from_slice(&b[i..n]);
-        S::store_f32(
-            ty.as_mut_ptr(),
-            f.apply(S::load_f32(ta.as_ptr()), S::load_f32(tb.as_ptr())),
-        );
-        y[i..n].copy_from_slice(&ty[..n - i]);
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let n = y.len();
+        let mut i = 0;
+        while i + S::N <= n {
+            let v = f.apply(
+                S::load_f32(a.as_ptr().add(i)),
+                S::load_f32(b.as_ptr().add(i)),
+            );
+            S::store_f32(y.as_mut_ptr().add(i), v);
+            i += S::N;
+        }
+        if i < n {
+            let mut ta = [0.0f32; MAX_LANES];
+            let mut tb = [0.0f32; MAX_LANES];
+            let mut ty = [0.0f32; MAX_LANES];
+            ta[..n - i].copy_from_slice(&a[i..n]);
+            tb[..n - i].copy_from_slice(&b[i..n]);
+            S::store_f32(
+                ty.as_mut_ptr(),
+                f.apply(S::load_f32(ta.as_ptr()), S::load_f32(tb.as_ptr())),
+            );
+            y[i..n].copy_from_slice(&ty[..n - i]);
+        }
     }
 }
 
 /// In place: y\[i\] = rnd(f(y\[i\], b\[i\])).
+///
+/// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+/// (the scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 unsafe fn map2_inplace<S: Simd, F: Op2<S>>(y: &mut [f32], b: &[f32], f: F) {
-    let n = y.len();
-    let mut i = 0;
-    while i + S::N <= n {
-        let p = y.as_mut_ptr().add(i);
-        S::store_f32(p, f.apply(S::load_f32(p), S::load_f32(b.as_ptr().add(i))));
-        i += S::N;
-    }
-    if i < n {
-        let mut ta = [0.0f32; MAX_LANES];
-        let mut tb = [0.0f32; MAX_LANES];
-        ta[..n - i].copy_from_slice(&y[i..n]);
-        tb[..n - i].copy_from_slice(&b[i..n]);
-        S::store_f32(
-            ta.as_mut_ptr(),
-            f.apply(S::load_f32(ta.as_ptr()), S::load_f32(tb.as_ptr())),
-        );
-        y[i..n].copy_from_slice(&ta[..n - i]);
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let n = y.len();
+        let mut i = 0;
+        while i + S::N <= n {
+            let p = y.as_mut_ptr().add(i);
+            S::store_f32(p, f.apply(S::load_f32(p), S::load_f32(b.as_ptr().add(i))));
+            i += S::N;
+        }
+        if i < n {
+            let mut ta = [0.0f32; MAX_LANES];
+            let mut tb = [0.0f32; MAX_LANES];
+            ta[..n - i].copy_from_slice(&y[i..n]);
+            tb[..n - i].copy_from_slice(&b[i..n]);
+            S::store_f32(
+                ta.as_mut_ptr(),
+                f.apply(S::load_f32(ta.as_ptr()), S::load_f32(tb.as_ptr())),
+            );
+            y[i..n].copy_from_slice(&ta[..n - i]);
+        }
     }
 }
 
 // ----- the kernels (same names and contracts as scalar.rs) ----------------------------------
 
+/// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+/// (the scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 pub(crate) unsafe fn exp64<S: Simd>(x: &[f64], y: &mut [f64]) {
-    map64::<S, _>(x, y, Exp)
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe { map64::<S, _>(x, y, Exp) }
 }
 
+/// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+/// (the scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 pub(crate) unsafe fn tanh64<S: Simd>(x: &[f64], y: &mut [f64]) {
-    map64::<S, _>(x, y, Tanh)
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe { map64::<S, _>(x, y, Tanh) }
 }
 
+/// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+/// (the scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 pub(crate) unsafe fn sig64<S: Simd>(x: &[f64], y: &mut [f64]) {
-    map64::<S, _>(x, y, Sig)
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe { map64::<S, _>(x, y, Sig) }
 }
 
+/// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+/// (the scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 pub(crate) unsafe fn silu64<S: Simd>(x: &[f64], y: &mut [f64]) {
-    map64::<S, _>(x, y, Silu)
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe { map64::<S, _>(x, y, Silu) }
 }
 
+/// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+/// (the scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 pub(crate) unsafe fn sigmoid<S: Simd>(x: &[f32], y: &mut [f32]) {
-    map2::<S, _>(x, x, y, Sig)
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe { map2::<S, _>(x, x, y, Sig) }
 }
 
+/// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+/// (the scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 pub(crate) unsafe fn silu<S: Simd>(x: &[f32], y: &mut [f32]) {
-    map2::<S, _>(x, x, y, Silu)
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe { map2::<S, _>(x, x, y, Silu) }
 }
 
+/// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+/// (the scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 pub(crate) unsafe fn situ_glu<S: Simd>(
     a: &[f32],
@@ -369,92 +481,118 @@ pub(crate) unsafe fn situ_glu<S: Simd>(
     beta2: f64,
     y: &mut [f32],
 ) {
-    let op = Situ::<S> {
-        b1: S::splat(beta1),
-        b2: S::splat(beta2),
-    };
-    map2::<S, _>(a, b, y, op)
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let op = Situ::<S> {
+            b1: S::splat(beta1),
+            b2: S::splat(beta2),
+        };
+        map2::<S, _>(a, b, y, op)
+    }
 }
 
+/// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+/// (the scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 pub(crate) unsafe fn sigmoid_gate<S: Simd>(o: &mut [f32], g: &[f32]) {
-    map2_inplace::<S, _>(o, g, Gate)
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe { map2_inplace::<S, _>(o, g, Gate) }
 }
 
+/// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+/// (the scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 pub(crate) unsafe fn add<S: Simd>(p: &mut [f32], y: &[f32]) {
-    map2_inplace::<S, _>(p, y, Add)
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe { map2_inplace::<S, _>(p, y, Add) }
 }
 
+/// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+/// (the scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 pub(crate) unsafe fn rmsnorm<S: Simd>(x: &[f32], w: &[f32], eps: f64, y: &mut [f32]) {
-    let ss = S::dot_f32(x, x);
-    let r = S::splat(1.0 / (ss / x.len() as f64 + eps).sqrt());
-    map2::<S, _>(x, w, y, NormScale::<S> { r })
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let ss = S::dot_f32(x, x);
+        let r = S::splat(1.0 / (ss / x.len() as f64 + eps).sqrt());
+        map2::<S, _>(x, w, y, NormScale::<S> { r })
+    }
 }
 
+/// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+/// (the scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 pub(crate) unsafe fn l2norm_scale<S: Simd>(x: &mut [f32], scale: f64) {
-    let r = S::splat(1.0 / (S::dot_f32(x, x) + 1e-6).sqrt());
-    let sc = S::splat(scale);
-    let n = x.len();
-    let mut i = 0;
-    while i + S::N <= n {
-        let p = x.as_mut_ptr().add(i);
-        S::store_f32(p, S::mul(S::mul(S::load_f32(p), r), sc));
-        i += S::N;
-    }
-    if i < n {
-        let mut t = [0.0f32; MAX_LANES];
-        t[..n - i].copy_from_slice(&x[i..n]);
-        S::store_f32(
-            t.as_mut_ptr(),
-            S::mul(S::mul(S::load_f32(t.as_ptr()), r), sc),
-        );
-        x[i..n].copy_from_slice(&t[..n - i]);
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let r = S::splat(1.0 / (S::dot_f32(x, x) + 1e-6).sqrt());
+        let sc = S::splat(scale);
+        let n = x.len();
+        let mut i = 0;
+        while i + S::N <= n {
+            let p = x.as_mut_ptr().add(i);
+            S::store_f32(p, S::mul(S::mul(S::load_f32(p), r), sc));
+            i += S::N;
+        }
+        if i < n {
+            let mut t = [0.0f32; MAX_LANES];
+            t[..n - i].copy_from_slice(&x[i..n]);
+            S::store_f32(
+                t.as_mut_ptr(),
+                S::mul(S::mul(S::load_f32(t.as_ptr()), r), sc),
+            );
+            x[i..n].copy_from_slice(&t[..n - i]);
+        }
     }
 }
 
+/// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+/// (the scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 pub(crate) unsafe fn softmax<S: Simd>(s: &mut [f64]) {
-    let Some(&first) = s.first() else { return };
-    let mut m = first;
-    for &v in s.iter() {
-        if v > m {
-            m = v;
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let Some(&first) = s.first() else { return };
+        let mut m = first;
+        for &v in s.iter() {
+            if v > m {
+                m = v;
+            }
         }
-    }
-    let mv = S::splat(m);
-    let n = s.len();
-    let mut i = 0;
-    while i + S::N <= n {
-        let p = s.as_mut_ptr().add(i);
-        S::store(p, exp_v::<S>(S::sub(S::load(p), mv)));
-        i += S::N;
-    }
-    for v in &mut s[i..] {
-        *v = exp1(*v - m);
-    }
-    // Z is a seqsum in ascending order, one accumulator: never vectorised.
-    let mut z = 0.0f64;
-    for &v in s.iter() {
-        z += v;
-    }
-    let zv = S::splat(z);
-    let mut i = 0;
-    while i + S::N <= n {
-        let p = s.as_mut_ptr().add(i);
-        S::store(p, S::div(S::load(p), zv));
-        i += S::N;
-    }
-    for v in &mut s[i..] {
-        *v /= z;
+        let mv = S::splat(m);
+        let n = s.len();
+        let mut i = 0;
+        while i + S::N <= n {
+            let p = s.as_mut_ptr().add(i);
+            S::store(p, exp_v::<S>(S::sub(S::load(p), mv)));
+            i += S::N;
+        }
+        for v in &mut s[i..] {
+            *v = exp1(*v - m);
+        }
+        // Z is a seqsum in ascending order, one accumulator: never vectorised.
+        let mut z = 0.0f64;
+        for &v in s.iter() {
+            z += v;
+        }
+        let zv = S::splat(z);
+        let mut i = 0;
+        while i + S::N <= n {
+            let p = s.as_mut_ptr().add(i);
+            S::store(p, S::div(S::load(p), zv));
+            i += S::N;
+        }
+        for v in &mut s[i..] {
+            *v /= z;
+        }
     }
 }
 
 /// Sources of a mix: element c of source i, as a vector of N lanes or one widened value.
 pub(crate) trait MixSrc<S: Simd> {
+    /// # Safety: the CPU supports the ISA of `S`.
     unsafe fn load(&self, i: usize, c: usize) -> S::V;
+    /// # Safety: the CPU supports the ISA of `S`.
     unsafe fn one(&self, i: usize, c: usize) -> f64;
 }
 
@@ -465,11 +603,13 @@ struct RowsF32<'a> {
 impl<S: Simd> MixSrc<S> for RowsF32<'_> {
     #[inline(always)]
     unsafe fn load(&self, i: usize, c: usize) -> S::V {
-        S::load_f32(self.rows.as_ptr().add(i * self.stride + c))
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { S::load_f32(self.rows.as_ptr().add(i * self.stride + c)) }
     }
     #[inline(always)]
     unsafe fn one(&self, i: usize, c: usize) -> f64 {
-        *self.rows.get_unchecked(i * self.stride + c) as f64
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { *self.rows.get_unchecked(i * self.stride + c) as f64 }
     }
 }
 
@@ -480,11 +620,13 @@ struct RowsBf16<'a> {
 impl<S: Simd> MixSrc<S> for RowsBf16<'_> {
     #[inline(always)]
     unsafe fn load(&self, i: usize, c: usize) -> S::V {
-        S::load_bf16(self.rows.as_ptr().add(i * self.stride + c))
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { S::load_bf16(self.rows.as_ptr().add(i * self.stride + c)) }
     }
     #[inline(always)]
     unsafe fn one(&self, i: usize, c: usize) -> f64 {
-        crate::num::bf16_to_f32(*self.rows.get_unchecked(i * self.stride + c)) as f64
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { crate::num::bf16_to_f32(*self.rows.get_unchecked(i * self.stride + c)) as f64 }
     }
 }
 
@@ -494,11 +636,13 @@ struct Slices<'a, 'b> {
 impl<S: Simd> MixSrc<S> for Slices<'_, '_> {
     #[inline(always)]
     unsafe fn load(&self, i: usize, c: usize) -> S::V {
-        S::load_f32(self.srcs.get_unchecked(i).as_ptr().add(c))
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { S::load_f32(self.srcs.get_unchecked(i).as_ptr().add(c)) }
     }
     #[inline(always)]
     unsafe fn one(&self, i: usize, c: usize) -> f64 {
-        *self.srcs.get_unchecked(i).get_unchecked(c) as f64
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { *self.srcs.get_unchecked(i).get_unchecked(c) as f64 }
     }
 }
 
@@ -506,43 +650,54 @@ impl<S: Simd> MixSrc<S> for Slices<'_, '_> {
 /// accumulator and adds the terms in the order of i, exactly like the scalar loop. Columns
 /// past the last whole vector use the scalar formula (the same IEEE operations). The caller
 /// (`Kernels`) has checked that every (i, c) is in bounds.
+///
+/// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+/// (the scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 unsafe fn mix_generic<S: Simd, M: MixSrc<S>>(coef: &[f64], y: &mut [f32], src: M) {
-    let n = y.len();
-    let mut c = 0;
-    while c + 2 * S::N <= n {
-        let (mut a0, mut a1) = (S::splat(0.0), S::splat(0.0));
-        for (i, &p) in coef.iter().enumerate() {
-            let pv = S::splat(p);
-            a0 = S::add(a0, S::mul(pv, src.load(i, c)));
-            a1 = S::add(a1, S::mul(pv, src.load(i, c + S::N)));
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let n = y.len();
+        let mut c = 0;
+        while c + 2 * S::N <= n {
+            let (mut a0, mut a1) = (S::splat(0.0), S::splat(0.0));
+            for (i, &p) in coef.iter().enumerate() {
+                let pv = S::splat(p);
+                a0 = S::add(a0, S::mul(pv, src.load(i, c)));
+                a1 = S::add(a1, S::mul(pv, src.load(i, c + S::N)));
+            }
+            S::store_f32(y.as_mut_ptr().add(c), a0);
+            S::store_f32(y.as_mut_ptr().add(c + S::N), a1);
+            c += 2 * S::N;
         }
-        S::store_f32(y.as_mut_ptr().add(c), a0);
-        S::store_f32(y.as_mut_ptr().add(c + S::N), a1);
-        c += 2 * S::N;
-    }
-    while c + S::N <= n {
-        let mut a0 = S::splat(0.0);
-        for (i, &p) in coef.iter().enumerate() {
-            a0 = S::add(a0, S::mul(S::splat(p), src.load(i, c)));
+        while c + S::N <= n {
+            let mut a0 = S::splat(0.0);
+            for (i, &p) in coef.iter().enumerate() {
+                a0 = S::add(a0, S::mul(S::splat(p), src.load(i, c)));
+            }
+            S::store_f32(y.as_mut_ptr().add(c), a0);
+            c += S::N;
         }
-        S::store_f32(y.as_mut_ptr().add(c), a0);
-        c += S::N;
-    }
-    for (cc, yc) in y.iter_mut().enumerate().skip(c) {
-        let mut acc = 0.0f64;
-        for (i, &p) in coef.iter().enumerate() {
-            acc += p * src.one(i, cc);
+        for (cc, yc) in y.iter_mut().enumerate().skip(c) {
+            let mut acc = 0.0f64;
+            for (i, &p) in coef.iter().enumerate() {
+                acc += p * src.one(i, cc);
+            }
+            *yc = acc as f32;
         }
-        *yc = acc as f32;
     }
 }
 
+/// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+/// (the scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 pub(crate) unsafe fn mix_rows<S: Simd>(coef: &[f64], rows: &[f32], stride: usize, y: &mut [f32]) {
-    mix_generic::<S, _>(coef, y, RowsF32 { rows, stride })
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe { mix_generic::<S, _>(coef, y, RowsF32 { rows, stride }) }
 }
 
+/// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+/// (the scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 pub(crate) unsafe fn mix_rows_bf16<S: Simd>(
     coef: &[f64],
@@ -550,14 +705,20 @@ pub(crate) unsafe fn mix_rows_bf16<S: Simd>(
     stride: usize,
     y: &mut [f32],
 ) {
-    mix_generic::<S, _>(coef, y, RowsBf16 { rows, stride })
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe { mix_generic::<S, _>(coef, y, RowsBf16 { rows, stride }) }
 }
 
+/// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+/// (the scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 pub(crate) unsafe fn mix_slices<S: Simd>(coef: &[f64], srcs: &[&[f32]], y: &mut [f32]) {
-    mix_generic::<S, _>(coef, y, Slices { srcs })
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe { mix_generic::<S, _>(coef, y, Slices { srcs }) }
 }
 
+/// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+/// (the scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 pub(crate) unsafe fn attn_scores<S: Simd>(
     q: &[f32],
@@ -566,13 +727,19 @@ pub(crate) unsafe fn attn_scores<S: Simd>(
     scale: f64,
     out: &mut [f64],
 ) {
-    for (s, o) in out.iter_mut().enumerate() {
-        *o = S::dot_f32(q, &rows[s * stride..s * stride + q.len()]) * scale;
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        for (s, o) in out.iter_mut().enumerate() {
+            *o = S::dot_f32(q, &rows[s * stride..s * stride + q.len()]) * scale;
+        }
     }
 }
 
 /// KDA short conv + SiLU, vectorised across channels (the sum over taps stays in tap order
 /// per lane: current input first). Lanes past the last channel are padded with zeros.
+///
+/// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+/// (the scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 pub(crate) unsafe fn short_conv<S: Simd>(
     u: &[f32],
@@ -581,35 +748,40 @@ pub(crate) unsafe fn short_conv<S: Simd>(
     hist: &[f32],
     y: &mut [f32],
 ) {
-    let c_n = taps.len() / kc;
-    let t_n = u.len() / c_n;
-    let mut c0 = 0;
-    while c0 < c_n {
-        let lanes = S::N.min(c_n - c0);
-        for t in 0..t_n {
-            let mut acc = S::splat(0.0);
-            for m in 0..kc {
-                let mut tv = [0.0f64; MAX_LANES];
-                let mut xv = [0.0f32; MAX_LANES];
-                for l in 0..lanes {
-                    let c = c0 + l;
-                    tv[l] = taps[c * kc + (kc - 1 - m)] as f64;
-                    xv[l] = if m <= t {
-                        u[(t - m) * c_n + c]
-                    } else {
-                        hist[(kc - 1 + t - m) * c_n + c]
-                    };
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let c_n = taps.len() / kc;
+        let t_n = u.len() / c_n;
+        let mut c0 = 0;
+        while c0 < c_n {
+            let lanes = S::N.min(c_n - c0);
+            for t in 0..t_n {
+                let mut acc = S::splat(0.0);
+                for m in 0..kc {
+                    let mut tv = [0.0f64; MAX_LANES];
+                    let mut xv = [0.0f32; MAX_LANES];
+                    for l in 0..lanes {
+                        let c = c0 + l;
+                        tv[l] = taps[c * kc + (kc - 1 - m)] as f64;
+                        xv[l] = if m <= t {
+                            u[(t - m) * c_n + c]
+                        } else {
+                            hist[(kc - 1 + t - m) * c_n + c]
+                        };
+                    }
+                    acc = S::add(acc, S::mul(S::load(tv.as_ptr()), S::load_f32(xv.as_ptr())));
                 }
-                acc = S::add(acc, S::mul(S::load(tv.as_ptr()), S::load_f32(xv.as_ptr())));
+                let mut out = [0.0f32; MAX_LANES];
+                S::store_f32(out.as_mut_ptr(), silu_v::<S>(acc));
+                y[t * c_n + c0..t * c_n + c0 + lanes].copy_from_slice(&out[..lanes]);
             }
-            let mut out = [0.0f32; MAX_LANES];
-            S::store_f32(out.as_mut_ptr(), silu_v::<S>(acc));
-            y[t * c_n + c0..t * c_n + c0 + lanes].copy_from_slice(&out[..lanes]);
+            c0 += S::N;
         }
-        c0 += S::N;
     }
 }
 
+/// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+/// (the scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 pub(crate) unsafe fn kda_decay<S: Simd>(
     z: &[f32],
@@ -619,20 +791,25 @@ pub(crate) unsafe fn kda_decay<S: Simd>(
     head_dim: usize,
     alpha: &mut [f32],
 ) {
-    for (h, ((zh, bh), ah)) in z
-        .chunks_exact(head_dim)
-        .zip(dt_bias.chunks_exact(head_dim))
-        .zip(alpha.chunks_exact_mut(head_dim))
-        .enumerate()
-    {
-        let op = Decay::<S> {
-            a: S::splat(exp1(a_log[h] as f64)),
-            gmin: S::splat(gmin),
-        };
-        map2::<S, _>(zh, bh, ah, op);
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        for (h, ((zh, bh), ah)) in z
+            .chunks_exact(head_dim)
+            .zip(dt_bias.chunks_exact(head_dim))
+            .zip(alpha.chunks_exact_mut(head_dim))
+            .enumerate()
+        {
+            let op = Decay::<S> {
+                a: S::splat(exp1(a_log[h] as f64)),
+                gmin: S::splat(gmin),
+            };
+            map2::<S, _>(zh, bh, ah, op);
+        }
     }
 }
 
+/// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+/// (the scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 pub(crate) unsafe fn kda_step<S: Simd>(
     st: &mut [f32],
@@ -643,19 +820,22 @@ pub(crate) unsafe fn kda_step<S: Simd>(
     beta: f32,
     o: &mut [f32],
 ) {
-    let dk = q.len();
-    for (j, row) in st.chunks_exact_mut(dk).enumerate() {
-        map2_inplace::<S, _>(row, alpha, DecayState);
-        let u = S::dot_f32(k, row);
-        let delta = (beta as f64 * (v[j] as f64 - u)) as f32;
-        map2_inplace::<S, _>(
-            row,
-            k,
-            DeltaWrite::<S> {
-                delta: S::splat(delta as f64),
-            },
-        );
-        o[j] = S::dot_f32(q, row) as f32;
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let dk = q.len();
+        for (j, row) in st.chunks_exact_mut(dk).enumerate() {
+            map2_inplace::<S, _>(row, alpha, DecayState);
+            let u = S::dot_f32(k, row);
+            let delta = (beta as f64 * (v[j] as f64 - u)) as f32;
+            map2_inplace::<S, _>(
+                row,
+                k,
+                DeltaWrite::<S> {
+                    delta: S::splat(delta as f64),
+                },
+            );
+            o[j] = S::dot_f32(q, row) as f32;
+        }
     }
 }
 
@@ -663,58 +843,99 @@ pub(crate) unsafe fn kda_step<S: Simd>(
 /// module, with the names and signatures of `scalar.rs`.
 macro_rules! simd_entry_points {
     ($feature:literal, $S:ty) => {
+        /// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+        /// (the scalar twin's contract), so every index used is in bounds; any alignment.
         #[target_feature(enable = $feature)]
         pub(crate) unsafe fn exp64(x: &[f64], y: &mut [f64]) {
-            crate::simd::exp64::<$S>(x, y)
+            // SAFETY: this function's `# Safety` contract is the caller's promise.
+            unsafe { crate::simd::exp64::<$S>(x, y) }
         }
+        /// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+        /// (the scalar twin's contract), so every index used is in bounds; any alignment.
         #[target_feature(enable = $feature)]
         pub(crate) unsafe fn tanh64(x: &[f64], y: &mut [f64]) {
-            crate::simd::tanh64::<$S>(x, y)
+            // SAFETY: this function's `# Safety` contract is the caller's promise.
+            unsafe { crate::simd::tanh64::<$S>(x, y) }
         }
+        /// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+        /// (the scalar twin's contract), so every index used is in bounds; any alignment.
         #[target_feature(enable = $feature)]
         pub(crate) unsafe fn sig64(x: &[f64], y: &mut [f64]) {
-            crate::simd::sig64::<$S>(x, y)
+            // SAFETY: this function's `# Safety` contract is the caller's promise.
+            unsafe { crate::simd::sig64::<$S>(x, y) }
         }
+        /// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+        /// (the scalar twin's contract), so every index used is in bounds; any alignment.
         #[target_feature(enable = $feature)]
         pub(crate) unsafe fn silu64(x: &[f64], y: &mut [f64]) {
-            crate::simd::silu64::<$S>(x, y)
+            // SAFETY: this function's `# Safety` contract is the caller's promise.
+            unsafe { crate::simd::silu64::<$S>(x, y) }
         }
+        /// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+        /// (the scalar twin's contract), so every index used is in bounds; any alignment.
         #[target_feature(enable = $feature)]
         pub(crate) unsafe fn sigmoid(x: &[f32], y: &mut [f32]) {
-            crate::simd::sigmoid::<$S>(x, y)
+            // SAFETY: this function's `# Safety` contract is the caller's promise.
+            unsafe { crate::simd::sigmoid::<$S>(x, y) }
         }
+        /// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+        /// (the scalar twin's contract), so every index used is in bounds; any alignment.
         #[target_feature(enable = $feature)]
         pub(crate) unsafe fn silu(x: &[f32], y: &mut [f32]) {
-            crate::simd::silu::<$S>(x, y)
+            // SAFETY: this function's `# Safety` contract is the caller's promise.
+            unsafe { crate::simd::silu::<$S>(x, y) }
         }
+        /// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+        /// (the scalar twin's contract), so every index used is in bounds; any alignment.
         #[target_feature(enable = $feature)]
         pub(crate) unsafe fn situ_glu(a: &[f32], b: &[f32], beta1: f64, beta2: f64, y: &mut [f32]) {
-            crate::simd::situ_glu::<$S>(a, b, beta1, beta2, y)
+            // SAFETY: this function's `# Safety` contract is the caller's promise.
+            unsafe { crate::simd::situ_glu::<$S>(a, b, beta1, beta2, y) }
         }
+        /// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+        /// (the scalar twin's contract), so every index used is in bounds; any alignment.
         #[target_feature(enable = $feature)]
         pub(crate) unsafe fn sigmoid_gate(o: &mut [f32], g: &[f32]) {
-            crate::simd::sigmoid_gate::<$S>(o, g)
+            // SAFETY: this function's `# Safety` contract is the caller's promise.
+            unsafe { crate::simd::sigmoid_gate::<$S>(o, g) }
         }
+        /// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+        /// (the scalar twin's contract), so every index used is in bounds; any alignment.
         #[target_feature(enable = $feature)]
         pub(crate) unsafe fn add(p: &mut [f32], y: &[f32]) {
-            crate::simd::add::<$S>(p, y)
+            // SAFETY: this function's `# Safety` contract is the caller's promise.
+            unsafe { crate::simd::add::<$S>(p, y) }
         }
+        /// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+        /// (the scalar twin's contract), so every index used is in bounds; any alignment.
         #[target_feature(enable = $feature)]
         pub(crate) unsafe fn rmsnorm(x: &[f32], w: &[f32], eps: f64, y: &mut [f32]) {
-            crate::simd::rmsnorm::<$S>(x, w, eps, y)
+            // SAFETY: this function's `# Safety` contract is the caller's promise.
+            unsafe { crate::simd::rmsnorm::<$S>(x, w, eps, y) }
         }
+        /// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+        /// (the scalar twin's contract), so every index used is in bounds; any alignment.
         #[target_feature(enable = $feature)]
         pub(crate) unsafe fn l2norm_scale(x: &mut [f32], scale: f64) {
-            crate::simd::l2norm_scale::<$S>(x, scale)
+            // SAFETY: this function's `# Safety` contract is the caller's promise.
+            unsafe { crate::simd::l2norm_scale::<$S>(x, scale) }
         }
+        /// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+        /// (the scalar twin's contract), so every index used is in bounds; any alignment.
         #[target_feature(enable = $feature)]
         pub(crate) unsafe fn softmax(s: &mut [f64]) {
-            crate::simd::softmax::<$S>(s)
+            // SAFETY: this function's `# Safety` contract is the caller's promise.
+            unsafe { crate::simd::softmax::<$S>(s) }
         }
+        /// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+        /// (the scalar twin's contract), so every index used is in bounds; any alignment.
         #[target_feature(enable = $feature)]
         pub(crate) unsafe fn mix_rows(coef: &[f64], rows: &[f32], stride: usize, y: &mut [f32]) {
-            crate::simd::mix_rows::<$S>(coef, rows, stride, y)
+            // SAFETY: this function's `# Safety` contract is the caller's promise.
+            unsafe { crate::simd::mix_rows::<$S>(coef, rows, stride, y) }
         }
+        /// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+        /// (the scalar twin's contract), so every index used is in bounds; any alignment.
         #[target_feature(enable = $feature)]
         pub(crate) unsafe fn mix_rows_bf16(
             coef: &[f64],
@@ -722,12 +943,18 @@ macro_rules! simd_entry_points {
             stride: usize,
             y: &mut [f32],
         ) {
-            crate::simd::mix_rows_bf16::<$S>(coef, rows, stride, y)
+            // SAFETY: this function's `# Safety` contract is the caller's promise.
+            unsafe { crate::simd::mix_rows_bf16::<$S>(coef, rows, stride, y) }
         }
+        /// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+        /// (the scalar twin's contract), so every index used is in bounds; any alignment.
         #[target_feature(enable = $feature)]
         pub(crate) unsafe fn mix_slices(coef: &[f64], srcs: &[&[f32]], y: &mut [f32]) {
-            crate::simd::mix_slices::<$S>(coef, srcs, y)
+            // SAFETY: this function's `# Safety` contract is the caller's promise.
+            unsafe { crate::simd::mix_slices::<$S>(coef, srcs, y) }
         }
+        /// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+        /// (the scalar twin's contract), so every index used is in bounds; any alignment.
         #[target_feature(enable = $feature)]
         pub(crate) unsafe fn attn_scores(
             q: &[f32],
@@ -736,8 +963,11 @@ macro_rules! simd_entry_points {
             scale: f64,
             out: &mut [f64],
         ) {
-            crate::simd::attn_scores::<$S>(q, rows, stride, scale, out)
+            // SAFETY: this function's `# Safety` contract is the caller's promise.
+            unsafe { crate::simd::attn_scores::<$S>(q, rows, stride, scale, out) }
         }
+        /// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+        /// (the scalar twin's contract), so every index used is in bounds; any alignment.
         #[target_feature(enable = $feature)]
         pub(crate) unsafe fn short_conv(
             u: &[f32],
@@ -746,8 +976,11 @@ macro_rules! simd_entry_points {
             hist: &[f32],
             y: &mut [f32],
         ) {
-            crate::simd::short_conv::<$S>(u, taps, kc, hist, y)
+            // SAFETY: this function's `# Safety` contract is the caller's promise.
+            unsafe { crate::simd::short_conv::<$S>(u, taps, kc, hist, y) }
         }
+        /// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+        /// (the scalar twin's contract), so every index used is in bounds; any alignment.
         #[target_feature(enable = $feature)]
         pub(crate) unsafe fn kda_decay(
             z: &[f32],
@@ -757,8 +990,11 @@ macro_rules! simd_entry_points {
             head_dim: usize,
             alpha: &mut [f32],
         ) {
-            crate::simd::kda_decay::<$S>(z, a_log, dt_bias, gmin, head_dim, alpha)
+            // SAFETY: this function's `# Safety` contract is the caller's promise.
+            unsafe { crate::simd::kda_decay::<$S>(z, a_log, dt_bias, gmin, head_dim, alpha) }
         }
+        /// # Safety: the CPU supports the ISA of `S`; the slice lengths are those `Kernels` checks
+        /// (the scalar twin's contract), so every index used is in bounds; any alignment.
         #[target_feature(enable = $feature)]
         pub(crate) unsafe fn kda_step(
             st: &mut [f32],
@@ -769,7 +1005,8 @@ macro_rules! simd_entry_points {
             beta: f32,
             o: &mut [f32],
         ) {
-            crate::simd::kda_step::<$S>(st, q, k, v, alpha, beta, o)
+            // SAFETY: this function's `# Safety` contract is the caller's promise.
+            unsafe { crate::simd::kda_step::<$S>(st, q, k, v, alpha, beta, o) }
         }
     };
 }

@@ -17,11 +17,21 @@ pub enum Spec {
 }
 
 impl Spec {
-    fn name(&self) -> &'static str {
+    /// The flag name without dashes.
+    pub fn name(&self) -> &'static str {
         match *self {
             Spec::Switch(n) | Spec::Value(n) | Spec::Repeat(n) => n,
         }
     }
+}
+
+/// The short flags and the long flag each stands for.
+pub const SHORT_FLAGS: &[(&str, &str)] = &[("-h", "--help"), ("-p", "--prompt"), ("-n", "--gen")];
+
+/// The long form of a short flag `text` when `specs` accept it (`-h` always).
+fn short_flag(text: &str, specs: &[Spec]) -> Option<&'static str> {
+    let &(_, long) = SHORT_FLAGS.iter().find(|(s, _)| *s == text)?;
+    (long == "--help" || specs.iter().any(|s| s.name() == &long[2..])).then_some(long)
 }
 
 /// Parsed arguments of one subcommand.
@@ -45,6 +55,11 @@ impl Args {
             let raw = &argv[i];
             i += 1;
             let text = raw.to_string_lossy();
+            // Short forms (docs/cli.md): `-h`, and `-p`/`-n` where `--prompt`/`--gen` exist.
+            let text = match short_flag(&text, specs) {
+                Some(long) if !only_positional => std::borrow::Cow::Borrowed(long),
+                _ => text,
+            };
             if only_positional || !text.starts_with("--") || text == "-" {
                 out.positional.push(raw.clone());
                 continue;
@@ -86,8 +101,9 @@ impl Args {
         Ok(out)
     }
 
-    /// [`parse`](Args::parse) for a subcommand with usage text: `--help` (accepted whether or
-    /// not `specs` lists it) prints `usage` on standard output and returns `None` (exit 0).
+    /// [`parse`](Args::parse) for a subcommand with usage text: `--help` or `-h` (accepted whether or
+    /// not `specs` lists it) prints `usage` on standard output and returns `None` (exit 0; exit 4
+    /// when the usage cannot be written).
     /// A `--help` among otherwise bad flags still helps; a `--help` that is the value of a
     /// flag (`--text --help`) is that value.
     pub fn parse_or_help(argv: &[OsString], specs: &[Spec], usage: &str) -> Result<Option<Args>> {
@@ -97,12 +113,12 @@ impl Args {
         }
         match Args::parse(argv, &with_help) {
             Ok(a) if a.switch("help") => {
-                crate::out!("{usage}");
+                crate::cli::write_stdout(usage.as_bytes())?;
                 Ok(None)
             }
             Ok(a) => Ok(Some(a)),
-            Err(_) if argv.iter().any(|a| a == "--help") => {
-                crate::out!("{usage}");
+            Err(_) if argv.iter().any(|a| a == "--help" || a == "-h") => {
+                crate::cli::write_stdout(usage.as_bytes())?;
                 Ok(None)
             }
             Err(e) => Err(e),
@@ -160,6 +176,21 @@ impl Args {
         }
     }
 
+    /// The one positional argument of `cmd` (`inspect`, `verify`): its model directory.
+    /// Errors (exit 2): none or several, naming `cmd` and ending with `(hint)`.
+    pub fn model_dir(&self, cmd: &str, hint: &str) -> Result<std::path::PathBuf> {
+        match self.positional.as_slice() {
+            [d] => Ok(std::path::PathBuf::from(d)),
+            [] => Err(Error::invalid(format!(
+                "{cmd}: missing <model_dir> ({hint})"
+            ))),
+            more => Err(Error::invalid(format!(
+                "{cmd}: expected one <model_dir>, got {} arguments ({hint})",
+                more.len()
+            ))),
+        }
+    }
+
     /// Which of the given flags appeared (for "exactly one of" checks).
     pub fn present<'a>(&self, names: &[&'a str]) -> Vec<&'a str> {
         names
@@ -204,6 +235,23 @@ mod tests {
         assert_eq!(a.values("stop-id").unwrap(), vec!["5", "6"]);
         assert!(a.switch("json"));
         assert_eq!(a.parsed::<u32>("gen", "an integer").unwrap(), Some(4));
+    }
+
+    #[test]
+    fn short_flags_stand_for_long_ones_where_accepted() {
+        let specs = [
+            Spec::Value("gen"),
+            Spec::Value("prompt"),
+            Spec::Switch("help"),
+        ];
+        let a = Args::parse(&os(&["-n", "3", "dir", "-p", "hi", "-h"]), &specs).unwrap();
+        assert_eq!(a.positional, os(&["dir"]));
+        assert_eq!(a.value("gen").unwrap().as_deref(), Some("3"));
+        assert_eq!(a.value("prompt").unwrap().as_deref(), Some("hi"));
+        assert!(a.switch("help"));
+        // Not accepted by this command: a positional, as before; after `--` always positional.
+        let a = Args::parse(&os(&["-p", "--", "-n"]), &[Spec::Switch("help")]).unwrap();
+        assert_eq!(a.positional, os(&["-p", "-n"]));
     }
 
     #[test]

@@ -11,13 +11,12 @@ use crate::checkpoint::TensorIndex;
 use crate::cli::args::{Args, Spec};
 use crate::config::{Config, MlaForm, NUMERICS_VERSION};
 use crate::error::{Error, Result};
-use crate::fnv::hex;
 use crate::json::{Object, Value};
+use crate::units::hex;
 use std::ffi::OsString;
 use std::fmt::Write as _;
-use std::path::PathBuf;
 
-const SPECS: [Spec; 1] = [Spec::Switch("json")];
+pub(crate) const SPECS: [Spec; 1] = [Spec::Switch("json")];
 
 const USAGE: &str = "\
 usage: k3 inspect <model_dir> [--json]
@@ -32,20 +31,7 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     let Some(args) = Args::parse_or_help(argv, &SPECS, USAGE)? else {
         return Ok(());
     };
-    let dir = match args.positional.as_slice() {
-        [d] => PathBuf::from(d),
-        [] => {
-            return Err(Error::invalid(
-                "inspect: missing <model_dir> (usage: k3 inspect <model_dir> [--json])",
-            ))
-        }
-        more => {
-            return Err(Error::invalid(format!(
-                "inspect: expected one <model_dir>, got {} arguments (usage: k3 inspect <model_dir> [--json])",
-                more.len()
-            )))
-        }
-    };
+    let dir = args.model_dir("inspect", "usage: k3 inspect <model_dir> [--json]")?;
     if !dir.is_dir() {
         return Err(Error::invalid(format!(
             "{}: not a directory (usage: k3 inspect <model_dir> [--json])",
@@ -83,7 +69,7 @@ struct Report<'a> {
 
 /// `0..2,5` style index runs (the inspect line's format).
 fn ranges(v: &[usize]) -> String {
-    crate::plan::index_ranges(v, "..", ",")
+    crate::units::index_ranges(v, "..", ",")
 }
 
 fn join(v: &[usize]) -> String {

@@ -7,21 +7,21 @@ use crate::checkpoint::TensorIndex;
 use crate::cli::args::{Args, Spec};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::plan::gb;
 use crate::stream::pack::{check_out_dir, pack, PackProgress, PackedTrunk, TRUNK_JSON};
+use crate::units::gb;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
 const USAGE: &str = "\
 usage: k3 pack-trunk <model_dir> <out_dir> [--config PATH] [--quiet]
   Copies each layer's trunk run into <out_dir>/trunk.bin at 4096-aligned offsets and writes
-  <out_dir>/trunk.json (FORMATS.md §7); run with `k3 <model_dir> --trunk <out_dir>`.
+  <out_dir>/trunk.json (docs/formats.md); run with `k3 <model_dir> --trunk <out_dir>`.
   Files are written under .tmp names and renamed only when complete.
   --config PATH   config file (default: <model_dir>/config.json)
   --quiet         no progress
 ";
 
-const SPECS: &[Spec] = &[
+pub(crate) const SPECS: &[Spec] = &[
     Spec::Switch("help"),
     Spec::Value("config"),
     Spec::Switch("quiet"),

@@ -33,7 +33,7 @@ use inputs::{check_inputs, compute, Inputs};
 use memory::plan_memory;
 use state::generation;
 
-const SPECS: &[Spec] = &[
+pub(crate) const SPECS: &[Spec] = &[
     Spec::Value("prompt"),
     Spec::Value("prompt-file"),
     Spec::Value("ids"),
@@ -75,10 +75,10 @@ const SPECS: &[Spec] = &[
 
 const RUN_USAGE: &str = "\
 usage: k3 <model_dir> [options]   (also: k3 run <model_dir> [options])
-  --ids 1,2,3 | --prompt TEXT | --prompt-file PATH   the prompt (exactly one)
+  --ids 1,2,3 | -p/--prompt TEXT | --prompt-file PATH (- = stdin)   the prompt (exactly one)
   --tok DIR            tokenizer directory (default: the model directory when it holds one)
   --config PATH        config file (default: <model_dir>/config.json)
-  --gen N              tokens to generate (default 16; 0 = teacher-forced forward only)
+  -n, --gen N          tokens to generate (default 16; 0 = teacher-forced forward only)
   --prefill-chunk N    positions per prefill chunk (default 64; never changes a logit)
   --full-recompute     re-run the whole prefix every step (diagnostic; same logits)
   --stop-id ID         extra end id (repeatable); [EOS] and <|end_of_msg|> always end

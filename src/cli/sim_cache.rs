@@ -24,26 +24,49 @@ pub const DEFAULT_CAPACITIES_GB: &[&str] = &["8", "16", "32", "64", "128"];
 
 const USAGE: &str = "\
 usage: k3 sim-cache <trace.bin> [--policy NAME]... [--capacity-gb X]... [--slots N]...
-                    [--expert-bytes N] [--tsv PATH]
-  Replays an expert trace (FORMATS.md §8) under each policy and capacity, next to Belady's
+                    [--model DIR | --expert-bytes N] [--tsv PATH]
+  Replays an expert trace (docs/formats.md) under each policy and capacity, next to Belady's
   optimum and the compulsory-miss ceiling. A full-recompute trace is also replayed as the
   incremental-decode trace derived from it; the best policy on that one is named.
   --policy NAME      repeatable; default: every policy (lru, fifo, sieve, s3-fifo, arc, 2q,
                      lfu-da, lfu)
   --capacity-gb X    repeatable; slots = floor(X × 10^9 / expert bytes); default 8 16 32 64 128
   --slots N          repeatable; a capacity given in slots
+  --model DIR        take the bytes per expert from DIR/config.json (the model the trace
+                     came from, `k3 <model_dir> --dump-cache-trace OUT`)
   --expert-bytes N   bytes per expert (default 17547264, a K3 expert)
   --tsv PATH         also write the table as TSV, with the command that made it
 ";
 
-const SPECS: &[Spec] = &[
+pub(crate) const SPECS: &[Spec] = &[
     Spec::Switch("help"),
     Spec::Repeat("policy"),
     Spec::Repeat("capacity-gb"),
     Spec::Repeat("slots"),
     Spec::Value("expert-bytes"),
+    Spec::Value("model"),
     Spec::Value("tsv"),
 ];
+
+/// Bytes per expert: `--expert-bytes N`, or the six expert tensors of `--model DIR`'s config
+/// (MODEL.md §4), or K3's. Errors (exit 2): both flags given, a bad value or config.
+fn expert_bytes(args: &Args) -> Result<u64> {
+    let given: Option<u64> = args.parsed("expert-bytes", "a positive integer")?;
+    let model = args.value_os("model").map(PathBuf::from);
+    let bytes = match (given, model) {
+        (Some(_), Some(_)) => {
+            return Err(Error::invalid(
+                "sim-cache: give `--model DIR` or `--expert-bytes N`, not both",
+            ))
+        }
+        (Some(n), None) => n,
+        (None, Some(dir)) => crate::catalogue::expert_bytes(&crate::config::Config::from_file(
+            &dir.join("config.json"),
+        )?),
+        (None, None) => K3_EXPERT_BYTES,
+    };
+    Ok(bytes)
+}
 
 /// One cache size of the table.
 #[derive(Debug, Clone)]
@@ -80,9 +103,7 @@ pub fn run(argv: &[OsString]) -> Result<()> {
             )))
         }
     };
-    let expert_bytes: u64 = args
-        .parsed("expert-bytes", "a positive integer")?
-        .unwrap_or(K3_EXPERT_BYTES);
+    let expert_bytes = expert_bytes(&args)?;
     if expert_bytes == 0 {
         return Err(Error::invalid("flag `--expert-bytes`: must be at least 1"));
     }
@@ -162,8 +183,13 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     }
     let _ = writeln!(
         out,
-        "capacity in slots = floor(GB × 10^9 / {expert_bytes} bytes per expert); hit rate = \
-         1 − reads / requests"
+        "capacity in slots = floor(GB × 10^9 / {expert_bytes} bytes per expert{}); hit rate = \
+         1 − reads / requests",
+        if args.present(&["model", "expert-bytes"]).is_empty() {
+            ", K3's: give --model DIR for another model"
+        } else {
+            ""
+        }
     );
 
     let mut tsv = String::new();

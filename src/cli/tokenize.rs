@@ -8,14 +8,14 @@ use crate::tokenizer::{self, StreamDecoder, Tokenizer};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-const TOKENIZE_SPECS: &[Spec] = &[
+pub(crate) const TOKENIZE_SPECS: &[Spec] = &[
     Spec::Value("tok"),
     Spec::Switch("special"),
     Spec::Value("text"),
     Spec::Value("file"),
 ];
 
-const DETOKENIZE_SPECS: &[Spec] = &[Spec::Value("tok"), Spec::Value("ids")];
+pub(crate) const DETOKENIZE_SPECS: &[Spec] = &[Spec::Value("tok"), Spec::Value("ids")];
 
 const TOKENIZE_USAGE: &str = "\
 usage: k3 tokenize --tok DIR [--special] (--text TEXT | --file PATH)
@@ -106,7 +106,17 @@ pub fn run_detokenize(argv: &[OsString]) -> Result<()> {
     crate::cli::write_stdout(text.as_bytes())
 }
 
+/// The bytes of `path`; `-` is standard input (`--prompt-file -`, docs/cli.md).
 pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>> {
+    if path == Path::new("-") {
+        use std::io::Read as _;
+        let mut v = Vec::new();
+        return std::io::stdin()
+            .lock()
+            .read_to_end(&mut v)
+            .map(|_| v)
+            .map_err(|e| Error::invalid(format!("standard input (`-`): cannot read: {e}")));
+    }
     std::fs::read(path).map_err(|e| Error::invalid(format!("{}: cannot read: {e}", path.display())))
 }
 
@@ -269,7 +279,7 @@ impl<'a, W: std::io::Write> TextPrinter<'a, W> {
         self.out
             .write_all(text.as_bytes())
             .and_then(|_| self.out.flush())
-            .map_err(|e| Error::io(format!("standard output: {e}")))
+            .map_err(crate::cli::stdout_error)
     }
 }
 

@@ -5,10 +5,10 @@
 //! could not run. A bad line is refused alone (with its line number and key); the others run.
 
 use crate::error::{Error, Result};
-use crate::fnv::hex;
 use crate::generate::sample::{parse_seed, SamplerSettings, Setting};
 use crate::generate::stop::StopReason;
 use crate::json::{self, Object, Value};
+use crate::units::hex;
 
 /// The keys a batch line may carry.
 pub const KEYS: [&str; 9] = [

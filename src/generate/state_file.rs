@@ -10,7 +10,7 @@
 
 use crate::config::{Config, MlaForm};
 use crate::error::{Error, Result};
-use crate::fnv::{fnv1a64, fnv1a64_continue, FNV_OFFSET};
+use crate::fnv::{fnv1a64, Fnv1a64, FNV_OFFSET};
 use crate::generate::sample::SamplerSettings;
 use crate::io::out::OutFile;
 use std::path::Path;
@@ -244,9 +244,9 @@ fn emit(
     sink: &mut dyn FnMut(&[u8]) -> Result<()>,
 ) -> Result<()> {
     st.check_shape(id)?;
-    let mut h = FNV_OFFSET;
+    let mut h = Fnv1a64::new();
     let mut put = |b: &[u8], sink: &mut dyn FnMut(&[u8]) -> Result<()>| {
-        h = fnv1a64_continue(h, b);
+        h.update(b);
         sink(b)
     };
     put(&header_bytes(id, st), sink)?;
@@ -271,7 +271,7 @@ fn emit(
             put(&buf, sink)?;
         }
     }
-    let trailer = h.to_le_bytes();
+    let trailer = h.finish().to_le_bytes();
     sink(&trailer)
 }
 

@@ -318,6 +318,31 @@ pub fn drop_file_cache(file: &std::fs::File, offset: u64, len: u64) {
     let _ = (file, offset, len);
 }
 
+/// Bytes an unprivileged writer may still use on the file system holding `path` (an
+/// existing file or directory): `statvfs` `f_bavail × f_frsize`. `None` when it cannot be
+/// asked (a path with a NUL byte, a failed call, not Unix).
+pub fn fs_available_bytes(path: &Path) -> Option<u64> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+        // SAFETY: statvfs is plain old data; an all-zero value is valid and statvfs fills it.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: `c` is a NUL-terminated path alive for the call and `st` a live out-value;
+        // statvfs only writes into `st`.
+        let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+        if rc != 0 {
+            return None;
+        }
+        Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
+    }
+}
+
 /// True if standard error is a terminal (progress is shown only there, ENGINE.md §3).
 pub fn stderr_is_terminal() -> bool {
     use std::io::IsTerminal;

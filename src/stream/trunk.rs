@@ -208,10 +208,6 @@ impl StreamedTrunk {
     pub fn layers(&self) -> usize {
         self.entries.len()
     }
-    /// True if layer `l` is pinned.
-    pub fn is_pinned(&self, l: usize) -> bool {
-        matches!(self.entries.get(l), Some(Entry::Pinned { .. }))
-    }
 
     /// The streamed layers after `l` in walk order (wrapping), at most `n`.
     fn upcoming(&self, l: usize, n: usize) -> Vec<usize> {

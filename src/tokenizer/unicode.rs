@@ -120,11 +120,6 @@ impl Classes {
     pub fn heap_bytes(&self) -> usize {
         self.index.capacity() * 2 + self.blocks.capacity() * 256
     }
-
-    /// Number of distinct 256-code-point blocks (table size diagnostics).
-    pub fn distinct_blocks(&self) -> usize {
-        self.blocks.len()
-    }
 }
 
 /// Decodes the character starting at byte `i` of valid UTF-8 `b`: (code point, byte length).

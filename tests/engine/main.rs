@@ -9,9 +9,11 @@
 //! Select a concept with a name filter: `cargo test --test engine -- stream::` (the NEON gate
 //! runs `model:: cli::run:: stream::identity::` under emulation, xtask/src/gates.rs).
 
+mod chat;
 mod checkpoint;
 mod cli;
 mod config;
+mod docs;
 mod generate;
 mod io;
 mod json;

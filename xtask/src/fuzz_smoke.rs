@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::Instant;
 
 /// Every target in fuzz/Cargo.toml.
-pub const TARGETS: [&str; 7] = [
+pub const TARGETS: [&str; 8] = [
     "json",
     "config",
     "safetensors_header",
@@ -20,6 +20,7 @@ pub const TARGETS: [&str; 7] = [
     "tokenizer",
     "state_file",
     "batch_input",
+    "chat_reply",
 ];
 
 const DEFAULT_SECONDS: u64 = 30;

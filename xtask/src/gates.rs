@@ -11,23 +11,19 @@
 //!    one thread, byte for byte, and fails naming the op, path, threads and first differing
 //!    element index;
 //! 3. runs `k3` on tests/fixtures/tiny-k3 per path at 1, 2 and 3 threads and requires one
-//!    `logits_hash` across all runs (skipped while the run command does not exist; see
-//!    [`MODEL_CHECK_REQUIRED`]).
+//!    `logits_hash` across all runs (a failed run fails the gates).
 //!
 //! The xtask installs nothing: a path that cannot run is reported with what is missing and the
 //! command that installs it, and fails the gates unless `--skip-missing` is given.
 
 use crate::{workspace_root, Failure};
+use k3_kernels::isa::{Isa, ALL_ISAS};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-/// Set to `true` once `k3 <model_dir> --ids … --gen N --isa … --threads … --out …` exists: the
-/// tiny-k3 logits-hash check then fails the gates when the run fails, instead of being skipped.
-pub const MODEL_CHECK_REQUIRED: bool = true;
 
 /// Thread counts of the tiny-k3 logits-hash check (issue 4: "at 1, 2 and 3 threads").
 const MODEL_THREADS: [usize; 3] = [1, 2, 3];
@@ -87,31 +83,6 @@ Environment: K3_QEMU_TIMEOUT (seconds per emulated binary, default 1200).
 Install the NEON toolchain with: bash .ci/install-cross.sh (root, apt; DEVELOPERS.md).
 ";
 
-/// An instruction-set path of the kernels (`K3_ISA` values).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Isa {
-    Scalar,
-    Avx2,
-    Neon,
-}
-
-impl Isa {
-    const ALL: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Neon];
-
-    /// The `K3_ISA` / `--isa` spelling.
-    pub fn name(self) -> &'static str {
-        match self {
-            Isa::Scalar => "scalar",
-            Isa::Avx2 => "avx2",
-            Isa::Neon => "neon",
-        }
-    }
-
-    fn parse(s: &str) -> Option<Isa> {
-        Isa::ALL.into_iter().find(|i| i.name() == s)
-    }
-}
-
 /// How a path's binaries execute.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Runner {
@@ -157,7 +128,7 @@ struct Options {
 
 fn parse_args(args: &[String]) -> Result<Option<Options>, Failure> {
     let root_default = workspace_root();
-    let mut paths: Vec<Isa> = Isa::ALL.to_vec();
+    let mut paths: Vec<Isa> = ALL_ISAS.to_vec();
     let mut skip_missing = false;
     let mut out: Option<PathBuf> = None;
     let mut root = root_default;
@@ -319,8 +290,7 @@ pub fn main(args: &[String]) -> Result<(), Failure> {
     // 4. The model-level check on tiny-k3.
     let t = Instant::now();
     match model_check(&opts, &plans) {
-        Ok(ModelOutcome::Identical(summary)) => println!("gates: model: {summary}"),
-        Ok(ModelOutcome::Skipped(why)) => println!("gates: model: skipped: {why}"),
+        Ok(summary) => println!("gates: model: {summary}"),
         Err(e) => {
             eprintln!("gates: model: {e}");
             failures.push(format!("model: {e}"));
@@ -901,11 +871,6 @@ fn compare_battery(paths: &[(PathPlan, PathBuf)]) -> Result<String, Vec<String>>
 // ---------------------------------------------------------------------------------------------
 // Model-level check
 
-enum ModelOutcome {
-    Identical(String),
-    Skipped(String),
-}
-
 /// Builds `k3` for a runner (test profile: the binary the test suite already built) and
 /// returns the executable's path.
 fn build_k3(root: &Path, runner: Runner) -> Result<PathBuf, String> {
@@ -1033,7 +998,7 @@ fn run_tiny(
 /// Runs tiny-k3 on every path at [`MODEL_THREADS`] — greedy, sampled (issue 12) and a
 /// `--batch` of three sequences with `--parallel 3` — and requires, per kind, one logits hash
 /// (and one generated sequence; for the batch one output) across all runs.
-fn model_check(opts: &Options, plans: &[PathPlan]) -> Result<ModelOutcome, String> {
+fn model_check(opts: &Options, plans: &[PathPlan]) -> Result<String, String> {
     let fixture = opts.root.join("tests/fixtures/tiny-k3");
     let prompt = tiny_prompt(&fixture)?;
     let dir = opts.out.join("model");
@@ -1077,12 +1042,10 @@ fn model_check(opts: &Options, plans: &[PathPlan]) -> Result<ModelOutcome, Strin
     ];
     let mut summaries = Vec::new();
     for (kind, args) in [("greedy", greedy), ("sampled", sampled), ("batch", batch)] {
-        match model_kind(opts, plans, &fixture, &dir, kind, &args)? {
-            ModelOutcome::Identical(s) => summaries.push(format!("{kind}: {s}")),
-            skipped => return Ok(skipped),
-        }
+        let s = model_kind(opts, plans, &fixture, &dir, kind, &args)?;
+        summaries.push(format!("{kind}: {s}"));
     }
-    Ok(ModelOutcome::Identical(summaries.join("; ")))
+    Ok(summaries.join("; "))
 }
 
 /// The model check of one kind of run (`args`) on every path and thread count.
@@ -1093,7 +1056,7 @@ fn model_kind(
     dir: &Path,
     kind: &str,
     args: &[String],
-) -> Result<ModelOutcome, String> {
+) -> Result<String, String> {
     let mut exes: Vec<(Runner, PathBuf)> = Vec::new();
     let mut results: Vec<(String, serde_json::Value, serde_json::Value)> = Vec::new();
     for plan in plans {
@@ -1111,13 +1074,6 @@ fn model_kind(
             println!("gates: model: {name}");
             match run_tiny(&exe, plan.runner, fixture, args, plan.isa, t, &out_json) {
                 Ok((hash, ids)) => results.push((name, hash, ids)),
-                // The first run failing means the command does not exist yet: skip while the
-                // check is optional. Any later failure is a real difference between runs.
-                Err(e) if results.is_empty() && !MODEL_CHECK_REQUIRED => {
-                    return Ok(ModelOutcome::Skipped(format!(
-                        "run command not available ({e})"
-                    )));
-                }
                 Err(e) => return Err(format!("{name}: {e}")),
             }
         }
@@ -1137,7 +1093,7 @@ fn model_kind(
         }
     }
     if diffs.is_empty() {
-        Ok(ModelOutcome::Identical(format!(
+        Ok(format!(
             "logits_hash {ref_hash} identical across {} runs ({})",
             results.len(),
             results
@@ -1145,7 +1101,7 @@ fn model_kind(
                 .map(|r| r.0.as_str())
                 .collect::<Vec<_>>()
                 .join(", ")
-        )))
+        ))
     } else {
         Err(diffs.join("\n"))
     }

@@ -329,26 +329,7 @@ fn free_bytes(dir: &Path) -> Option<u64> {
     if p.as_os_str().is_empty() {
         p = PathBuf::from(".");
     }
-    statvfs_free(&p)
-}
-
-#[cfg(unix)]
-fn statvfs_free(p: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
-    // SAFETY: `c` is a valid NUL-terminated path and `st` is a properly sized out-parameter.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; statvfs only writes into `st`.
-    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
-    if rc != 0 {
-        return None;
-    }
-    Some(st.f_bavail as u64 * st.f_frsize as u64)
-}
-
-#[cfg(not(unix))]
-fn statvfs_free(_: &Path) -> Option<u64> {
-    None
+    k3::io::sys::fs_available_bytes(&p)
 }
 
 /// Opens a shard for writing with `O_DIRECT` (Linux), so tens of GB bypass the page cache

@@ -26,173 +26,227 @@ impl Simd for Avx2 {
 
     #[inline(always)]
     unsafe fn splat(x: f64) -> __m256d {
-        _mm256_set1_pd(x)
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { _mm256_set1_pd(x) }
     }
     #[inline(always)]
     unsafe fn load(p: *const f64) -> __m256d {
-        _mm256_loadu_pd(p)
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { _mm256_loadu_pd(p) }
     }
     #[inline(always)]
     unsafe fn store(p: *mut f64, v: __m256d) {
-        _mm256_storeu_pd(p, v)
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { _mm256_storeu_pd(p, v) }
     }
     #[inline(always)]
     unsafe fn load_f32(p: *const f32) -> __m256d {
-        _mm256_cvtps_pd(_mm_loadu_ps(p))
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { _mm256_cvtps_pd(_mm_loadu_ps(p)) }
     }
     #[inline(always)]
     unsafe fn load_bf16(p: *const u16) -> __m256d {
-        let v = _mm_loadl_epi64(p as *const __m128i);
-        _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), v)))
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe {
+            let v = _mm_loadl_epi64(p as *const __m128i);
+            _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), v)))
+        }
     }
     #[inline(always)]
     unsafe fn store_f32(p: *mut f32, v: __m256d) {
-        // vcvtpd2ps rounds with MXCSR (round to nearest even; FTZ is never set by k3).
-        _mm_storeu_ps(p, _mm256_cvtpd_ps(v))
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe {
+            // vcvtpd2ps rounds with MXCSR (round to nearest even; FTZ is never set by k3).
+            _mm_storeu_ps(p, _mm256_cvtpd_ps(v))
+        }
     }
     #[inline(always)]
     unsafe fn add(a: __m256d, b: __m256d) -> __m256d {
-        _mm256_add_pd(a, b)
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { _mm256_add_pd(a, b) }
     }
     #[inline(always)]
     unsafe fn sub(a: __m256d, b: __m256d) -> __m256d {
-        _mm256_sub_pd(a, b)
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { _mm256_sub_pd(a, b) }
     }
     #[inline(always)]
     unsafe fn mul(a: __m256d, b: __m256d) -> __m256d {
-        _mm256_mul_pd(a, b)
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { _mm256_mul_pd(a, b) }
     }
     #[inline(always)]
     unsafe fn div(a: __m256d, b: __m256d) -> __m256d {
-        _mm256_div_pd(a, b)
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { _mm256_div_pd(a, b) }
     }
     #[inline(always)]
     unsafe fn floor(a: __m256d) -> __m256d {
-        _mm256_floor_pd(a)
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { _mm256_floor_pd(a) }
     }
     #[inline(always)]
     unsafe fn neg(a: __m256d) -> __m256d {
-        _mm256_xor_pd(a, _mm256_set1_pd(-0.0))
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { _mm256_xor_pd(a, _mm256_set1_pd(-0.0)) }
     }
     #[inline(always)]
     unsafe fn abs(a: __m256d) -> __m256d {
-        _mm256_andnot_pd(_mm256_set1_pd(-0.0), a)
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { _mm256_andnot_pd(_mm256_set1_pd(-0.0), a) }
     }
     #[inline(always)]
     unsafe fn or_sign(t: __m256d, x: __m256d) -> __m256d {
-        _mm256_or_pd(t, _mm256_and_pd(x, _mm256_set1_pd(-0.0)))
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { _mm256_or_pd(t, _mm256_and_pd(x, _mm256_set1_pd(-0.0))) }
     }
     #[inline(always)]
     unsafe fn gt(a: __m256d, b: __m256d) -> __m256d {
-        _mm256_cmp_pd::<_CMP_GT_OQ>(a, b)
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { _mm256_cmp_pd::<_CMP_GT_OQ>(a, b) }
     }
     #[inline(always)]
     unsafe fn lt(a: __m256d, b: __m256d) -> __m256d {
-        _mm256_cmp_pd::<_CMP_LT_OQ>(a, b)
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { _mm256_cmp_pd::<_CMP_LT_OQ>(a, b) }
     }
     #[inline(always)]
     unsafe fn ge(a: __m256d, b: __m256d) -> __m256d {
-        _mm256_cmp_pd::<_CMP_GE_OQ>(a, b)
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { _mm256_cmp_pd::<_CMP_GE_OQ>(a, b) }
     }
     #[inline(always)]
     unsafe fn is_nan(a: __m256d) -> __m256d {
-        _mm256_cmp_pd::<_CMP_UNORD_Q>(a, a)
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { _mm256_cmp_pd::<_CMP_UNORD_Q>(a, a) }
     }
     #[inline(always)]
     unsafe fn or_m(a: __m256d, b: __m256d) -> __m256d {
-        _mm256_or_pd(a, b)
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { _mm256_or_pd(a, b) }
     }
     #[inline(always)]
     unsafe fn select(m: __m256d, a: __m256d, b: __m256d) -> __m256d {
-        _mm256_blendv_pd(b, a, m)
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { _mm256_blendv_pd(b, a, m) }
     }
     #[inline(always)]
     unsafe fn pow2i(k: __m256d) -> __m256d {
-        // k + (2^52 + 1023) is exact and puts k + 1023 in the low mantissa bits; shifting the
-        // pattern left by 52 leaves exactly (k + 1023) << 52.
-        let biased = _mm256_add_pd(k, _mm256_set1_pd(4503599627371519.0));
-        _mm256_castsi256_pd(_mm256_slli_epi64::<52>(_mm256_castpd_si256(biased)))
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe {
+            // k + (2^52 + 1023) is exact and puts k + 1023 in the low mantissa bits; shifting the
+            // pattern left by 52 leaves exactly (k + 1023) << 52.
+            let biased = _mm256_add_pd(k, _mm256_set1_pd(4503599627371519.0));
+            _mm256_castsi256_pd(_mm256_slli_epi64::<52>(_mm256_castpd_si256(biased)))
+        }
     }
     #[inline(always)]
     unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f64 {
-        dot_f32_impl(a, b)
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe { dot_f32_impl(a, b) }
     }
 }
 
 /// Four accumulator registers: register r lane j holds acc\[4r + j\].
 type Acc = [__m256d; 4];
 
+/// # Safety: the CPU supports AVX2.
 #[inline(always)]
 unsafe fn acc_zero() -> Acc {
-    [_mm256_setzero_pd(); 4]
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe { [_mm256_setzero_pd(); 4] }
 }
 
 /// Stores the registers into the 16 canonical lanes (register r lane j → acc\[4r + j\]).
+///
+/// # Safety: the CPU supports AVX2.
 #[inline(always)]
 unsafe fn acc_lanes(a: &Acc) -> [f64; DOT_LANES] {
-    let mut l = [0.0f64; DOT_LANES];
-    for (r, v) in a.iter().enumerate() {
-        _mm256_storeu_pd(l.as_mut_ptr().add(4 * r), *v);
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let mut l = [0.0f64; DOT_LANES];
+        for (r, v) in a.iter().enumerate() {
+            _mm256_storeu_pd(l.as_mut_ptr().add(4 * r), *v);
+        }
+        l
     }
-    l
 }
 
 /// 8 BF16 values widened to two f64 registers (elements 0–3, 4–7).
+///
+/// # Safety: the CPU supports AVX2; each pointer is valid for the elements read or written
+/// (the vector width or the count given), any alignment.
 #[inline(always)]
 unsafe fn bf16x8(p: *const u16) -> (__m256d, __m256d) {
-    let v = _mm_loadu_si128(p as *const __m128i);
-    let z = _mm_setzero_si128();
-    (
-        _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpacklo_epi16(z, v))),
-        _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpackhi_epi16(z, v))),
-    )
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let v = _mm_loadu_si128(p as *const __m128i);
+        let z = _mm_setzero_si128();
+        (
+            _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpacklo_epi16(z, v))),
+            _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpackhi_epi16(z, v))),
+        )
+    }
 }
 
+/// # Safety: the CPU supports AVX2; each pointer is valid for the elements read or written
+/// (the vector width or the count given), any alignment.
 #[inline(always)]
 unsafe fn f32x4(p: *const f32) -> __m256d {
-    _mm256_cvtps_pd(_mm_loadu_ps(p))
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe { _mm256_cvtps_pd(_mm_loadu_ps(p)) }
 }
 
+/// # Safety: the CPU supports AVX2; the slice lengths are those `Kernels` checks (the
+/// scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 unsafe fn dot_f32_impl(a: &[f32], b: &[f32]) -> f64 {
-    let n = a.len();
-    let (pa, pb) = (a.as_ptr(), b.as_ptr());
-    let mut acc = acc_zero();
-    let mut i = 0;
-    while i + DOT_LANES <= n {
-        for (r, ar) in acc.iter_mut().enumerate() {
-            let o = i + 4 * r;
-            *ar = _mm256_add_pd(*ar, _mm256_mul_pd(f32x4(pa.add(o)), f32x4(pb.add(o))));
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let n = a.len();
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let mut acc = acc_zero();
+        let mut i = 0;
+        while i + DOT_LANES <= n {
+            for (r, ar) in acc.iter_mut().enumerate() {
+                let o = i + 4 * r;
+                *ar = _mm256_add_pd(*ar, _mm256_mul_pd(f32x4(pa.add(o)), f32x4(pb.add(o))));
+            }
+            i += DOT_LANES;
         }
-        i += DOT_LANES;
+        let mut l = acc_lanes(&acc);
+        for (j, (&x, &y)) in a[i..].iter().zip(&b[i..]).enumerate() {
+            l[j] += x as f64 * y as f64;
+        }
+        reduce16(&l)
     }
-    let mut l = acc_lanes(&acc);
-    for (j, (&x, &y)) in a[i..].iter().zip(&b[i..]).enumerate() {
-        l[j] += x as f64 * y as f64;
-    }
-    reduce16(&l)
 }
 
+/// # Safety: the CPU supports AVX2; the slice lengths are those `Kernels` checks (the
+/// scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 unsafe fn dot_bf16_impl(w: &[u16], x: &[f32]) -> f64 {
-    let n = w.len();
-    let (pw, px) = (w.as_ptr(), x.as_ptr());
-    let mut acc = acc_zero();
-    let mut i = 0;
-    while i + DOT_LANES <= n {
-        let (w0, w1) = bf16x8(pw.add(i));
-        let (w2, w3) = bf16x8(pw.add(i + 8));
-        acc[0] = _mm256_add_pd(acc[0], _mm256_mul_pd(w0, f32x4(px.add(i))));
-        acc[1] = _mm256_add_pd(acc[1], _mm256_mul_pd(w1, f32x4(px.add(i + 4))));
-        acc[2] = _mm256_add_pd(acc[2], _mm256_mul_pd(w2, f32x4(px.add(i + 8))));
-        acc[3] = _mm256_add_pd(acc[3], _mm256_mul_pd(w3, f32x4(px.add(i + 12))));
-        i += DOT_LANES;
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let n = w.len();
+        let (pw, px) = (w.as_ptr(), x.as_ptr());
+        let mut acc = acc_zero();
+        let mut i = 0;
+        while i + DOT_LANES <= n {
+            let (w0, w1) = bf16x8(pw.add(i));
+            let (w2, w3) = bf16x8(pw.add(i + 8));
+            acc[0] = _mm256_add_pd(acc[0], _mm256_mul_pd(w0, f32x4(px.add(i))));
+            acc[1] = _mm256_add_pd(acc[1], _mm256_mul_pd(w1, f32x4(px.add(i + 4))));
+            acc[2] = _mm256_add_pd(acc[2], _mm256_mul_pd(w2, f32x4(px.add(i + 8))));
+            acc[3] = _mm256_add_pd(acc[3], _mm256_mul_pd(w3, f32x4(px.add(i + 12))));
+            i += DOT_LANES;
+        }
+        let mut l = acc_lanes(&acc);
+        for (j, (&a, &b)) in w[i..].iter().zip(&x[i..]).enumerate() {
+            l[j] += bf16_to_f32(a) as f64 * b as f64;
+        }
+        reduce16(&l)
     }
-    let mut l = acc_lanes(&acc);
-    for (j, (&a, &b)) in w[i..].iter().zip(&x[i..]).enumerate() {
-        l[j] += bf16_to_f32(a) as f64 * b as f64;
-    }
-    reduce16(&l)
 }
 
 /// Prefetch distance of the BF16 matrix-vector product, in elements (1 KiB per stream).
@@ -201,47 +255,53 @@ const PREFETCH: usize = 512;
 /// `dot` of two BF16 rows with one vector x given already widened to f64, sharing the
 /// loads of x. Two rows keep 8 accumulator registers live, leaving room for the operands in
 /// the 16 ymm registers. The widening of x is done once per call, outside the rows.
+///
+/// # Safety: the CPU supports AVX2; the slice lengths are those `Kernels` checks (the
+/// scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 unsafe fn dot2_bf16(w0: &[u16], w1: &[u16], x: &[f64]) -> (f64, f64) {
-    let n = x.len();
-    let (p0, p1, px) = (w0.as_ptr(), w1.as_ptr(), x.as_ptr());
-    let mut a = acc_zero();
-    let mut b = acc_zero();
-    let mut i = 0;
-    while i + DOT_LANES <= n {
-        // Software prefetch PREFETCH elements ahead in both weight streams; near the end of the
-        // rows it runs on into the next pair (rows r+2, r+3 follow contiguously), so a new
-        // pair starts with its first lines already requested. Prefetching never faults, even
-        // past the end of the matrix.
-        let ahead = i + PREFETCH + if i + PREFETCH >= n { n } else { 0 };
-        _mm_prefetch::<_MM_HINT_T0>(p0.wrapping_add(ahead) as *const i8);
-        _mm_prefetch::<_MM_HINT_T0>(p1.wrapping_add(ahead) as *const i8);
-        let x0 = _mm256_loadu_pd(px.add(i));
-        let x1 = _mm256_loadu_pd(px.add(i + 4));
-        let x2 = _mm256_loadu_pd(px.add(i + 8));
-        let x3 = _mm256_loadu_pd(px.add(i + 12));
-        let (u0, u1) = bf16x8(p0.add(i));
-        let (u2, u3) = bf16x8(p0.add(i + 8));
-        a[0] = _mm256_add_pd(a[0], _mm256_mul_pd(u0, x0));
-        a[1] = _mm256_add_pd(a[1], _mm256_mul_pd(u1, x1));
-        a[2] = _mm256_add_pd(a[2], _mm256_mul_pd(u2, x2));
-        a[3] = _mm256_add_pd(a[3], _mm256_mul_pd(u3, x3));
-        let (v0, v1) = bf16x8(p1.add(i));
-        let (v2, v3) = bf16x8(p1.add(i + 8));
-        b[0] = _mm256_add_pd(b[0], _mm256_mul_pd(v0, x0));
-        b[1] = _mm256_add_pd(b[1], _mm256_mul_pd(v1, x1));
-        b[2] = _mm256_add_pd(b[2], _mm256_mul_pd(v2, x2));
-        b[3] = _mm256_add_pd(b[3], _mm256_mul_pd(v3, x3));
-        i += DOT_LANES;
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let n = x.len();
+        let (p0, p1, px) = (w0.as_ptr(), w1.as_ptr(), x.as_ptr());
+        let mut a = acc_zero();
+        let mut b = acc_zero();
+        let mut i = 0;
+        while i + DOT_LANES <= n {
+            // Software prefetch PREFETCH elements ahead in both weight streams; near the end of the
+            // rows it runs on into the next pair (rows r+2, r+3 follow contiguously), so a new
+            // pair starts with its first lines already requested. Prefetching never faults, even
+            // past the end of the matrix.
+            let ahead = i + PREFETCH + if i + PREFETCH >= n { n } else { 0 };
+            _mm_prefetch::<_MM_HINT_T0>(p0.wrapping_add(ahead) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(p1.wrapping_add(ahead) as *const i8);
+            let x0 = _mm256_loadu_pd(px.add(i));
+            let x1 = _mm256_loadu_pd(px.add(i + 4));
+            let x2 = _mm256_loadu_pd(px.add(i + 8));
+            let x3 = _mm256_loadu_pd(px.add(i + 12));
+            let (u0, u1) = bf16x8(p0.add(i));
+            let (u2, u3) = bf16x8(p0.add(i + 8));
+            a[0] = _mm256_add_pd(a[0], _mm256_mul_pd(u0, x0));
+            a[1] = _mm256_add_pd(a[1], _mm256_mul_pd(u1, x1));
+            a[2] = _mm256_add_pd(a[2], _mm256_mul_pd(u2, x2));
+            a[3] = _mm256_add_pd(a[3], _mm256_mul_pd(u3, x3));
+            let (v0, v1) = bf16x8(p1.add(i));
+            let (v2, v3) = bf16x8(p1.add(i + 8));
+            b[0] = _mm256_add_pd(b[0], _mm256_mul_pd(v0, x0));
+            b[1] = _mm256_add_pd(b[1], _mm256_mul_pd(v1, x1));
+            b[2] = _mm256_add_pd(b[2], _mm256_mul_pd(v2, x2));
+            b[3] = _mm256_add_pd(b[3], _mm256_mul_pd(v3, x3));
+            i += DOT_LANES;
+        }
+        let mut la = acc_lanes(&a);
+        let mut lb = acc_lanes(&b);
+        for j in 0..n - i {
+            let xv = x[i + j];
+            la[j] += bf16_to_f32(w0[i + j]) as f64 * xv;
+            lb[j] += bf16_to_f32(w1[i + j]) as f64 * xv;
+        }
+        (reduce16(&la), reduce16(&lb))
     }
-    let mut la = acc_lanes(&a);
-    let mut lb = acc_lanes(&b);
-    for j in 0..n - i {
-        let xv = x[i + j];
-        la[j] += bf16_to_f32(w0[i + j]) as f64 * xv;
-        lb[j] += bf16_to_f32(w1[i + j]) as f64 * xv;
-    }
-    (reduce16(&la), reduce16(&lb))
 }
 
 /// 2^896 and 2^−896 (f64): a BF16 value w has the f64 pattern of w × 2^−896 in a few integer
@@ -268,116 +328,136 @@ const SCALE_UP: f64 = f64::from_bits((1023 + 896) << 52);
 /// at bits 28–30 cleared), then interleaved with zero low words — which leaves the columns
 /// in `MX_PERM` order, as for MXFP4. `xs` is x × 2^896 in that order (whole 16-column
 /// blocks); the tail columns use `x64` (canonical, unscaled) with the plain formula.
+///
+/// # Safety: the CPU supports AVX2; the slice lengths are those `Kernels` checks (the
+/// scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 unsafe fn dot2_bf16_int(w0: &[u16], w1: &[u16], xs: &[f64], x64: &[f64]) -> (f64, f64, bool) {
-    let n = x64.len();
-    let (p0, p1, px) = (w0.as_ptr(), w1.as_ptr(), xs.as_ptr());
-    let m = _mm256_set1_epi32(0x8FFF_E000u32 as i32);
-    let z = _mm256_setzero_si256();
-    let mut a = acc_zero();
-    let mut b = acc_zero();
-    // Max over (weight << 1) as u16: ≥ 0xFF00 exactly when some exponent is 255.
-    let mut mx = _mm256_setzero_si256();
-    let mut i = 0;
-    while i + DOT_LANES <= n {
-        let ahead = i + PREFETCH + if i + PREFETCH >= n { n } else { 0 };
-        _mm_prefetch::<_MM_HINT_T0>(p0.wrapping_add(ahead) as *const i8);
-        _mm_prefetch::<_MM_HINT_T0>(p1.wrapping_add(ahead) as *const i8);
-        let v0 = _mm256_loadu_si256(p0.add(i) as *const __m256i);
-        let v1 = _mm256_loadu_si256(p1.add(i) as *const __m256i);
-        mx = _mm256_max_epu16(
-            mx,
-            _mm256_max_epu16(_mm256_add_epi16(v0, v0), _mm256_add_epi16(v1, v1)),
-        );
-        let x0 = _mm256_loadu_pd(px.add(i));
-        let x1 = _mm256_loadu_pd(px.add(i + 4));
-        let x2 = _mm256_loadu_pd(px.add(i + 8));
-        let x3 = _mm256_loadu_pd(px.add(i + 12));
-        let ho = _mm256_and_si256(_mm256_srai_epi32::<3>(v0), m);
-        let he = _mm256_and_si256(_mm256_srai_epi32::<3>(_mm256_slli_epi32::<16>(v0)), m);
-        a[0] = _mm256_add_pd(
-            a[0],
-            _mm256_mul_pd(_mm256_castsi256_pd(_mm256_unpacklo_epi32(z, he)), x0),
-        );
-        a[1] = _mm256_add_pd(
-            a[1],
-            _mm256_mul_pd(_mm256_castsi256_pd(_mm256_unpackhi_epi32(z, he)), x1),
-        );
-        a[2] = _mm256_add_pd(
-            a[2],
-            _mm256_mul_pd(_mm256_castsi256_pd(_mm256_unpacklo_epi32(z, ho)), x2),
-        );
-        a[3] = _mm256_add_pd(
-            a[3],
-            _mm256_mul_pd(_mm256_castsi256_pd(_mm256_unpackhi_epi32(z, ho)), x3),
-        );
-        let ho = _mm256_and_si256(_mm256_srai_epi32::<3>(v1), m);
-        let he = _mm256_and_si256(_mm256_srai_epi32::<3>(_mm256_slli_epi32::<16>(v1)), m);
-        b[0] = _mm256_add_pd(
-            b[0],
-            _mm256_mul_pd(_mm256_castsi256_pd(_mm256_unpacklo_epi32(z, he)), x0),
-        );
-        b[1] = _mm256_add_pd(
-            b[1],
-            _mm256_mul_pd(_mm256_castsi256_pd(_mm256_unpackhi_epi32(z, he)), x1),
-        );
-        b[2] = _mm256_add_pd(
-            b[2],
-            _mm256_mul_pd(_mm256_castsi256_pd(_mm256_unpacklo_epi32(z, ho)), x2),
-        );
-        b[3] = _mm256_add_pd(
-            b[3],
-            _mm256_mul_pd(_mm256_castsi256_pd(_mm256_unpackhi_epi32(z, ho)), x3),
-        );
-        i += DOT_LANES;
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let n = x64.len();
+        let (p0, p1, px) = (w0.as_ptr(), w1.as_ptr(), xs.as_ptr());
+        let m = _mm256_set1_epi32(0x8FFF_E000u32 as i32);
+        let z = _mm256_setzero_si256();
+        let mut a = acc_zero();
+        let mut b = acc_zero();
+        // Max over (weight << 1) as u16: ≥ 0xFF00 exactly when some exponent is 255.
+        let mut mx = _mm256_setzero_si256();
+        let mut i = 0;
+        while i + DOT_LANES <= n {
+            let ahead = i + PREFETCH + if i + PREFETCH >= n { n } else { 0 };
+            _mm_prefetch::<_MM_HINT_T0>(p0.wrapping_add(ahead) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(p1.wrapping_add(ahead) as *const i8);
+            let v0 = _mm256_loadu_si256(p0.add(i) as *const __m256i);
+            let v1 = _mm256_loadu_si256(p1.add(i) as *const __m256i);
+            mx = _mm256_max_epu16(
+                mx,
+                _mm256_max_epu16(_mm256_add_epi16(v0, v0), _mm256_add_epi16(v1, v1)),
+            );
+            let x0 = _mm256_loadu_pd(px.add(i));
+            let x1 = _mm256_loadu_pd(px.add(i + 4));
+            let x2 = _mm256_loadu_pd(px.add(i + 8));
+            let x3 = _mm256_loadu_pd(px.add(i + 12));
+            let ho = _mm256_and_si256(_mm256_srai_epi32::<3>(v0), m);
+            let he = _mm256_and_si256(_mm256_srai_epi32::<3>(_mm256_slli_epi32::<16>(v0)), m);
+            a[0] = _mm256_add_pd(
+                a[0],
+                _mm256_mul_pd(_mm256_castsi256_pd(_mm256_unpacklo_epi32(z, he)), x0),
+            );
+            a[1] = _mm256_add_pd(
+                a[1],
+                _mm256_mul_pd(_mm256_castsi256_pd(_mm256_unpackhi_epi32(z, he)), x1),
+            );
+            a[2] = _mm256_add_pd(
+                a[2],
+                _mm256_mul_pd(_mm256_castsi256_pd(_mm256_unpacklo_epi32(z, ho)), x2),
+            );
+            a[3] = _mm256_add_pd(
+                a[3],
+                _mm256_mul_pd(_mm256_castsi256_pd(_mm256_unpackhi_epi32(z, ho)), x3),
+            );
+            let ho = _mm256_and_si256(_mm256_srai_epi32::<3>(v1), m);
+            let he = _mm256_and_si256(_mm256_srai_epi32::<3>(_mm256_slli_epi32::<16>(v1)), m);
+            b[0] = _mm256_add_pd(
+                b[0],
+                _mm256_mul_pd(_mm256_castsi256_pd(_mm256_unpacklo_epi32(z, he)), x0),
+            );
+            b[1] = _mm256_add_pd(
+                b[1],
+                _mm256_mul_pd(_mm256_castsi256_pd(_mm256_unpackhi_epi32(z, he)), x1),
+            );
+            b[2] = _mm256_add_pd(
+                b[2],
+                _mm256_mul_pd(_mm256_castsi256_pd(_mm256_unpacklo_epi32(z, ho)), x2),
+            );
+            b[3] = _mm256_add_pd(
+                b[3],
+                _mm256_mul_pd(_mm256_castsi256_pd(_mm256_unpackhi_epi32(z, ho)), x3),
+            );
+            i += DOT_LANES;
+        }
+        let top = _mm256_set1_epi16(0xFF00u16 as i16);
+        let special = _mm256_movemask_epi8(_mm256_cmpeq_epi16(_mm256_max_epu16(mx, top), mx)) != 0;
+        let mut la = mx_lanes(&a);
+        let mut lb = mx_lanes(&b);
+        for j in 0..n - i {
+            let xv = x64[i + j];
+            la[j] += bf16_to_f32(w0[i + j]) as f64 * xv;
+            lb[j] += bf16_to_f32(w1[i + j]) as f64 * xv;
+        }
+        (reduce16(&la), reduce16(&lb), special)
     }
-    let top = _mm256_set1_epi16(0xFF00u16 as i16);
-    let special = _mm256_movemask_epi8(_mm256_cmpeq_epi16(_mm256_max_epu16(mx, top), mx)) != 0;
-    let mut la = mx_lanes(&a);
-    let mut lb = mx_lanes(&b);
-    for j in 0..n - i {
-        let xv = x64[i + j];
-        la[j] += bf16_to_f32(w0[i + j]) as f64 * xv;
-        lb[j] += bf16_to_f32(w1[i + j]) as f64 * xv;
-    }
-    (reduce16(&la), reduce16(&lb), special)
 }
 
 /// `dot` of one BF16 row with x given widened to f64.
+///
+/// # Safety: the CPU supports AVX2; the slice lengths are those `Kernels` checks (the
+/// scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 unsafe fn dot_bf16_x64(w: &[u16], x: &[f64]) -> f64 {
-    let n = x.len();
-    let (pw, px) = (w.as_ptr(), x.as_ptr());
-    let mut acc = acc_zero();
-    let mut i = 0;
-    while i + DOT_LANES <= n {
-        let (w0, w1) = bf16x8(pw.add(i));
-        let (w2, w3) = bf16x8(pw.add(i + 8));
-        acc[0] = _mm256_add_pd(acc[0], _mm256_mul_pd(w0, _mm256_loadu_pd(px.add(i))));
-        acc[1] = _mm256_add_pd(acc[1], _mm256_mul_pd(w1, _mm256_loadu_pd(px.add(i + 4))));
-        acc[2] = _mm256_add_pd(acc[2], _mm256_mul_pd(w2, _mm256_loadu_pd(px.add(i + 8))));
-        acc[3] = _mm256_add_pd(acc[3], _mm256_mul_pd(w3, _mm256_loadu_pd(px.add(i + 12))));
-        i += DOT_LANES;
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let n = x.len();
+        let (pw, px) = (w.as_ptr(), x.as_ptr());
+        let mut acc = acc_zero();
+        let mut i = 0;
+        while i + DOT_LANES <= n {
+            let (w0, w1) = bf16x8(pw.add(i));
+            let (w2, w3) = bf16x8(pw.add(i + 8));
+            acc[0] = _mm256_add_pd(acc[0], _mm256_mul_pd(w0, _mm256_loadu_pd(px.add(i))));
+            acc[1] = _mm256_add_pd(acc[1], _mm256_mul_pd(w1, _mm256_loadu_pd(px.add(i + 4))));
+            acc[2] = _mm256_add_pd(acc[2], _mm256_mul_pd(w2, _mm256_loadu_pd(px.add(i + 8))));
+            acc[3] = _mm256_add_pd(acc[3], _mm256_mul_pd(w3, _mm256_loadu_pd(px.add(i + 12))));
+            i += DOT_LANES;
+        }
+        let mut l = acc_lanes(&acc);
+        for j in 0..n - i {
+            l[j] += bf16_to_f32(w[i + j]) as f64 * x[i + j];
+        }
+        reduce16(&l)
     }
-    let mut l = acc_lanes(&acc);
-    for j in 0..n - i {
-        l[j] += bf16_to_f32(w[i + j]) as f64 * x[i + j];
-    }
-    reduce16(&l)
 }
 
+/// # Safety: the CPU supports AVX2; the slice lengths are those `Kernels` checks (the
+/// scalar twin's contract), so every index used is in bounds; any alignment.
 #[target_feature(enable = "avx2")]
 pub(crate) unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f64 {
-    dot_f32_impl(a, b)
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe { dot_f32_impl(a, b) }
 }
 
+/// # Safety: the CPU supports AVX2; the slice lengths are those `Kernels` checks (the
+/// scalar twin's contract), so every index used is in bounds; any alignment.
 #[target_feature(enable = "avx2")]
 pub(crate) unsafe fn dot_bf16(w: &[u16], x: &[f32]) -> f64 {
-    dot_bf16_impl(w, x)
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe { dot_bf16_impl(w, x) }
 }
 
 /// Appends x prepared for [`matvec_bf16`]: x widened to f64 (cols values, column order),
 /// then x × 2^896 in `MX_PERM` order for the whole 16-column blocks.
+///
+/// # Safety: the CPU supports AVX2.
 #[target_feature(enable = "avx2")]
 pub(crate) unsafe fn prep_x_bf16(x: &[f32], out: &mut Vec<f64>) {
     out.reserve(2 * x.len());
@@ -390,36 +470,48 @@ pub(crate) unsafe fn prep_x_bf16(x: &[f32], out: &mut Vec<f64>) {
 /// Matrix-vector block (T = 1): w \[nr, cols\] BF16, `xp` = x prepared by [`prep_x_bf16`]
 /// (once per call, by the caller) → out \[nr\]. Rows in pairs sharing x; a pair holding an
 /// infinite or NaN weight is recomputed with float conversions.
+///
+/// # Safety: the CPU supports AVX2; the slice lengths are those `Kernels` checks (the
+/// scalar twin's contract), so every index used is in bounds; any alignment.
 #[target_feature(enable = "avx2")]
 pub(crate) unsafe fn matvec_bf16(w: &[u16], cols: usize, xp: &[f64], out: &mut [f32]) {
-    let nr = w.len() / cols;
-    let (x64, xs) = xp.split_at(cols);
-    let mut r = 0;
-    while r + 2 <= nr {
-        let (w0, w1) = (
-            &w[r * cols..(r + 1) * cols],
-            &w[(r + 1) * cols..(r + 2) * cols],
-        );
-        let (mut a, mut b, special) = dot2_bf16_int(w0, w1, xs, x64);
-        if special {
-            (a, b) = dot2_bf16(w0, w1, x64);
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let nr = w.len() / cols;
+        let (x64, xs) = xp.split_at(cols);
+        let mut r = 0;
+        while r + 2 <= nr {
+            let (w0, w1) = (
+                &w[r * cols..(r + 1) * cols],
+                &w[(r + 1) * cols..(r + 2) * cols],
+            );
+            let (mut a, mut b, special) = dot2_bf16_int(w0, w1, xs, x64);
+            if special {
+                (a, b) = dot2_bf16(w0, w1, x64);
+            }
+            out[r] = a as f32;
+            out[r + 1] = b as f32;
+            r += 2;
         }
-        out[r] = a as f32;
-        out[r + 1] = b as f32;
-        r += 2;
-    }
-    if r < nr {
-        out[r] = dot_bf16_x64(&w[r * cols..], x64) as f32;
+        if r < nr {
+            out[r] = dot_bf16_x64(&w[r * cols..], x64) as f32;
+        }
     }
 }
 
 /// Matrix block with fp32 weights; w \[nr, cols\], x \[T, cols\] → out \[T, nr\].
+///
+/// # Safety: the CPU supports AVX2; the slice lengths are those `Kernels` checks (the
+/// scalar twin's contract), so every index used is in bounds; any alignment.
 #[target_feature(enable = "avx2")]
 pub(crate) unsafe fn matmul_f32(w: &[f32], cols: usize, x: &[f32], out: &mut [f32]) {
-    let nr = w.len() / cols;
-    for (r, wr) in w.chunks_exact(cols).enumerate() {
-        for (t, xt) in x.chunks_exact(cols).enumerate() {
-            out[t * nr + r] = dot_f32_impl(wr, xt) as f32;
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let nr = w.len() / cols;
+        for (r, wr) in w.chunks_exact(cols).enumerate() {
+            for (t, xt) in x.chunks_exact(cols).enumerate() {
+                out[t * nr + r] = dot_f32_impl(wr, xt) as f32;
+            }
         }
     }
 }
@@ -442,46 +534,61 @@ const MX_PERM: [usize; DOT_LANES] = [0, 2, 8, 10, 4, 6, 12, 14, 1, 3, 9, 11, 5, 
 
 /// The exact f64 values of 16 columns from 8 packed bytes at `p` with the scale's signed
 /// table row, in `MX_PERM` order.
+///
+/// # Safety: the CPU supports AVX2; each pointer is valid for the elements read or written
+/// (the vector width or the count given), any alignment.
 #[inline(always)]
 unsafe fn mx_decode16(p: *const u8, table: __m256i) -> [__m256d; 4] {
-    let d = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i));
-    let d4 = _mm256_srli_epi32::<4>(d);
-    // Shifting the dword by 28 keeps only the low nibble (the high one leaves the dword).
-    let even = _mm256_xor_si256(
-        _mm256_permutevar8x32_epi32(table, d),
-        _mm256_slli_epi32::<28>(d),
-    );
-    let odd = _mm256_xor_si256(
-        _mm256_permutevar8x32_epi32(table, d4),
-        _mm256_slli_epi32::<28>(d4),
-    );
-    let z = _mm256_setzero_si256();
-    [
-        _mm256_castsi256_pd(_mm256_unpacklo_epi32(z, even)),
-        _mm256_castsi256_pd(_mm256_unpackhi_epi32(z, even)),
-        _mm256_castsi256_pd(_mm256_unpacklo_epi32(z, odd)),
-        _mm256_castsi256_pd(_mm256_unpackhi_epi32(z, odd)),
-    ]
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let d = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i));
+        let d4 = _mm256_srli_epi32::<4>(d);
+        // Shifting the dword by 28 keeps only the low nibble (the high one leaves the dword).
+        let even = _mm256_xor_si256(
+            _mm256_permutevar8x32_epi32(table, d),
+            _mm256_slli_epi32::<28>(d),
+        );
+        let odd = _mm256_xor_si256(
+            _mm256_permutevar8x32_epi32(table, d4),
+            _mm256_slli_epi32::<28>(d4),
+        );
+        let z = _mm256_setzero_si256();
+        [
+            _mm256_castsi256_pd(_mm256_unpacklo_epi32(z, even)),
+            _mm256_castsi256_pd(_mm256_unpackhi_epi32(z, even)),
+            _mm256_castsi256_pd(_mm256_unpacklo_epi32(z, odd)),
+            _mm256_castsi256_pd(_mm256_unpackhi_epi32(z, odd)),
+        ]
+    }
 }
 
+/// # Safety: the CPU supports AVX2.
 #[inline(always)]
 unsafe fn mx_table(s: u8) -> __m256i {
-    _mm256_loadu_si256(E2M1_SCALED_HI32_SIGNX[s as usize].as_ptr() as *const __m256i)
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe { _mm256_loadu_si256(E2M1_SCALED_HI32_SIGNX[s as usize].as_ptr() as *const __m256i) }
 }
 
 /// Accumulator registers in `MX_PERM` order → the 16 canonical lanes.
+///
+/// # Safety: the CPU supports AVX2.
 #[inline(always)]
 unsafe fn mx_lanes(a: &Acc) -> [f64; DOT_LANES] {
-    let l = acc_lanes(a);
-    let mut c = [0.0f64; DOT_LANES];
-    for (k, &col) in MX_PERM.iter().enumerate() {
-        c[col] = l[k];
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let l = acc_lanes(a);
+        let mut c = [0.0f64; DOT_LANES];
+        for (k, &col) in MX_PERM.iter().enumerate() {
+            c[col] = l[k];
+        }
+        c
     }
-    c
 }
 
 /// Appends x \[T, cols\] (cols a multiple of 32) widened to f64 with every 16 columns in
 /// `MX_PERM` order, as [`matvec_mxfp4`] expects.
+///
+/// # Safety: the CPU supports AVX2.
 #[target_feature(enable = "avx2")]
 pub(crate) unsafe fn prep_x_mxfp4(x: &[f32], out: &mut Vec<f64>) {
     out.reserve(x.len());
@@ -491,25 +598,34 @@ pub(crate) unsafe fn prep_x_mxfp4(x: &[f32], out: &mut Vec<f64>) {
 }
 
 /// `dot` of one MXFP4 row with x (permuted f64, see [`prep_x_mxfp4`]).
+///
+/// # Safety: the CPU supports AVX2; the slice lengths are those `Kernels` checks (the
+/// scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 unsafe fn dot_mxfp4_row(packed: &[u8], scales: &[u8], xp: &[f64]) -> f64 {
-    let mut acc = acc_zero();
-    let (pp, px) = (packed.as_ptr(), xp.as_ptr());
-    for (g, &s) in scales.iter().enumerate() {
-        let table = mx_table(s);
-        for half in 0..2 {
-            let w = mx_decode16(pp.add(g * GROUP / 2 + 8 * half), table);
-            let xh = px.add(g * GROUP + 16 * half);
-            for (r, ar) in acc.iter_mut().enumerate() {
-                *ar = _mm256_add_pd(*ar, _mm256_mul_pd(w[r], _mm256_loadu_pd(xh.add(4 * r))));
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let mut acc = acc_zero();
+        let (pp, px) = (packed.as_ptr(), xp.as_ptr());
+        for (g, &s) in scales.iter().enumerate() {
+            let table = mx_table(s);
+            for half in 0..2 {
+                let w = mx_decode16(pp.add(g * GROUP / 2 + 8 * half), table);
+                let xh = px.add(g * GROUP + 16 * half);
+                for (r, ar) in acc.iter_mut().enumerate() {
+                    *ar = _mm256_add_pd(*ar, _mm256_mul_pd(w[r], _mm256_loadu_pd(xh.add(4 * r))));
+                }
             }
         }
+        reduce16(&mx_lanes(&acc))
     }
-    reduce16(&mx_lanes(&acc))
 }
 
 /// MXFP4 matrix-vector block (T = 1): packed \[nr, cols/2\], scales \[nr, cols/32\], `xp` = x
 /// prepared by [`prep_x_mxfp4`] → out \[nr\].
+///
+/// # Safety: the CPU supports AVX2; the slice lengths are those `Kernels` checks (the
+/// scalar twin's contract), so every index used is in bounds; any alignment.
 #[target_feature(enable = "avx2")]
 pub(crate) unsafe fn matvec_mxfp4(
     packed: &[u8],
@@ -518,13 +634,16 @@ pub(crate) unsafe fn matvec_mxfp4(
     xp: &[f64],
     out: &mut [f32],
 ) {
-    let (pb, sb) = (cols / 2, cols / GROUP);
-    for (r, o) in out.iter_mut().enumerate() {
-        *o = dot_mxfp4_row(
-            &packed[r * pb..(r + 1) * pb],
-            &scales[r * sb..(r + 1) * sb],
-            xp,
-        ) as f32;
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let (pb, sb) = (cols / 2, cols / GROUP);
+        for (r, o) in out.iter_mut().enumerate() {
+            *o = dot_mxfp4_row(
+                &packed[r * pb..(r + 1) * pb],
+                &scales[r * sb..(r + 1) * sb],
+                xp,
+            ) as f32;
+        }
     }
 }
 
@@ -571,19 +690,30 @@ trait WideRows {
     const PERMUTED: bool;
     /// Writes columns k0 .. k0 + n of row r widened to f64 at `dst` (n a multiple of 16 except
     /// at the end of the row; `dst` has room for n rounded up to 16, which the caller zeroes).
+    ///
+    /// # Safety: the CPU supports AVX2; each pointer is valid for the elements read or written
+    /// (the vector width or the count given), any alignment.
     unsafe fn widen(&self, r: usize, k0: usize, n: usize, dst: *mut f64);
     /// Requests the bytes of columns k0 .. k0 + n of row r (the rows after the current pair
     /// are not adjacent to it in memory, so the hardware prefetcher misses their start).
+    ///
+    /// # Safety: the CPU supports AVX2.
     unsafe fn prefetch(&self, r: usize, k0: usize, n: usize);
 }
 
 /// Prefetches `bytes` bytes from `p` into L1, one request per 64-byte line.
+///
+/// # Safety: the CPU supports AVX2; each pointer is valid for the elements read or written
+/// (the vector width or the count given), any alignment.
 #[inline(always)]
 unsafe fn prefetch_bytes(p: *const u8, bytes: usize) {
-    let mut o = 0;
-    while o < bytes {
-        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o) as *const i8);
-        o += 64;
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let mut o = 0;
+        while o < bytes {
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o) as *const i8);
+            o += 64;
+        }
     }
 }
 
@@ -596,21 +726,27 @@ impl WideRows for Bf16Rows<'_> {
     const PERMUTED: bool = false;
     #[inline(always)]
     unsafe fn prefetch(&self, r: usize, k0: usize, n: usize) {
-        prefetch_bytes(self.w.as_ptr().add(r * self.cols + k0) as *const u8, 2 * n);
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe {
+            prefetch_bytes(self.w.as_ptr().add(r * self.cols + k0) as *const u8, 2 * n);
+        }
     }
     #[inline(always)]
     unsafe fn widen(&self, r: usize, k0: usize, n: usize, dst: *mut f64) {
-        let p = self.w.as_ptr().add(r * self.cols + k0);
-        let mut i = 0;
-        while i + 8 <= n {
-            let (a, b) = bf16x8(p.add(i));
-            _mm256_storeu_pd(dst.add(i), a);
-            _mm256_storeu_pd(dst.add(i + 4), b);
-            i += 8;
-        }
-        while i < n {
-            *dst.add(i) = bf16_to_f32(*p.add(i)) as f64;
-            i += 1;
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe {
+            let p = self.w.as_ptr().add(r * self.cols + k0);
+            let mut i = 0;
+            while i + 8 <= n {
+                let (a, b) = bf16x8(p.add(i));
+                _mm256_storeu_pd(dst.add(i), a);
+                _mm256_storeu_pd(dst.add(i + 4), b);
+                i += 8;
+            }
+            while i < n {
+                *dst.add(i) = bf16_to_f32(*p.add(i)) as f64;
+                i += 1;
+            }
         }
     }
 }
@@ -625,30 +761,39 @@ impl WideRows for Mxfp4Rows<'_> {
     const PERMUTED: bool = true;
     #[inline(always)]
     unsafe fn prefetch(&self, r: usize, k0: usize, n: usize) {
-        prefetch_bytes(self.packed.as_ptr().add((r * self.cols + k0) / 2), n / 2);
-        prefetch_bytes(
-            self.scales.as_ptr().add((r * self.cols + k0) / GROUP),
-            n / GROUP,
-        );
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe {
+            prefetch_bytes(self.packed.as_ptr().add((r * self.cols + k0) / 2), n / 2);
+            prefetch_bytes(
+                self.scales.as_ptr().add((r * self.cols + k0) / GROUP),
+                n / GROUP,
+            );
+        }
     }
     #[inline(always)]
     unsafe fn widen(&self, r: usize, k0: usize, n: usize, dst: *mut f64) {
-        let pp = self.packed.as_ptr().add(r * self.cols / 2);
-        let ps = self.scales.as_ptr().add(r * self.cols / GROUP);
-        let mut c = 0;
-        while c < n {
-            let col = k0 + c;
-            let w = mx_decode16(pp.add(col / 2), mx_table(*ps.add(col / GROUP)));
-            for (q, v) in w.iter().enumerate() {
-                _mm256_storeu_pd(dst.add(c + 4 * q), *v);
+        // SAFETY: this function's `# Safety` contract is the caller's promise.
+        unsafe {
+            let pp = self.packed.as_ptr().add(r * self.cols / 2);
+            let ps = self.scales.as_ptr().add(r * self.cols / GROUP);
+            let mut c = 0;
+            while c < n {
+                let col = k0 + c;
+                let w = mx_decode16(pp.add(col / 2), mx_table(*ps.add(col / GROUP)));
+                for (q, v) in w.iter().enumerate() {
+                    _mm256_storeu_pd(dst.add(c + 4 * q), *v);
+                }
+                c += 16;
             }
-            c += 16;
         }
     }
 }
 
 /// Adds the products of two widened weight rows `wa`, `wb` with one widened x chunk `xc`
 /// (all `n` long, n a multiple of 16) into the 16-lane accumulators at `acc_a`, `acc_b`.
+///
+/// # Safety: the CPU supports AVX2; each pointer is valid for the elements read or written
+/// (the vector width or the count given), any alignment.
 #[inline(always)]
 unsafe fn acc_pair(
     wa: *const f64,
@@ -658,130 +803,148 @@ unsafe fn acc_pair(
     acc_a: *mut f64,
     acc_b: *mut f64,
 ) {
-    let mut a = [
-        _mm256_loadu_pd(acc_a),
-        _mm256_loadu_pd(acc_a.add(4)),
-        _mm256_loadu_pd(acc_a.add(8)),
-        _mm256_loadu_pd(acc_a.add(12)),
-    ];
-    let mut b = [
-        _mm256_loadu_pd(acc_b),
-        _mm256_loadu_pd(acc_b.add(4)),
-        _mm256_loadu_pd(acc_b.add(8)),
-        _mm256_loadu_pd(acc_b.add(12)),
-    ];
-    let mut i = 0;
-    while i < n {
-        for q in 0..4 {
-            let xv = _mm256_loadu_pd(xc.add(i + 4 * q));
-            a[q] = _mm256_add_pd(a[q], _mm256_mul_pd(_mm256_loadu_pd(wa.add(i + 4 * q)), xv));
-            b[q] = _mm256_add_pd(b[q], _mm256_mul_pd(_mm256_loadu_pd(wb.add(i + 4 * q)), xv));
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let mut a = [
+            _mm256_loadu_pd(acc_a),
+            _mm256_loadu_pd(acc_a.add(4)),
+            _mm256_loadu_pd(acc_a.add(8)),
+            _mm256_loadu_pd(acc_a.add(12)),
+        ];
+        let mut b = [
+            _mm256_loadu_pd(acc_b),
+            _mm256_loadu_pd(acc_b.add(4)),
+            _mm256_loadu_pd(acc_b.add(8)),
+            _mm256_loadu_pd(acc_b.add(12)),
+        ];
+        let mut i = 0;
+        while i < n {
+            for q in 0..4 {
+                let xv = _mm256_loadu_pd(xc.add(i + 4 * q));
+                a[q] = _mm256_add_pd(a[q], _mm256_mul_pd(_mm256_loadu_pd(wa.add(i + 4 * q)), xv));
+                b[q] = _mm256_add_pd(b[q], _mm256_mul_pd(_mm256_loadu_pd(wb.add(i + 4 * q)), xv));
+            }
+            i += DOT_LANES;
         }
-        i += DOT_LANES;
-    }
-    for q in 0..4 {
-        _mm256_storeu_pd(acc_a.add(4 * q), a[q]);
-        _mm256_storeu_pd(acc_b.add(4 * q), b[q]);
+        for q in 0..4 {
+            _mm256_storeu_pd(acc_a.add(4 * q), a[q]);
+            _mm256_storeu_pd(acc_b.add(4 * q), b[q]);
+        }
     }
 }
 
 /// The tiled product of a block of `nr` rows (see above): x \[T, cols\] → out \[T, nr\].
+///
+/// # Safety: the CPU supports AVX2; the slice lengths are those `Kernels` checks (the
+/// scalar twin's contract), so every index used is in bounds; any alignment.
 #[inline(always)]
 unsafe fn matmul_tiled<W: WideRows>(src: &W, nr: usize, cols: usize, x: &[f32], out: &mut [f32]) {
-    let t_n = x.len() / cols;
-    let kc = chunk_cols(t_n);
-    let mut s = TILE.take();
-    s.acc.clear();
-    s.acc.resize(nr * t_n * DOT_LANES, 0.0);
-    s.x.resize(t_n * kc, 0.0);
-    s.w.resize(2 * kc, 0.0);
-    let (acc, xs, ws) = (s.acc.as_mut_ptr(), s.x.as_mut_ptr(), s.w.as_mut_ptr());
-    let mut k0 = 0;
-    while k0 < cols {
-        let n = kc.min(cols - k0);
-        let np = n.div_ceil(DOT_LANES) * DOT_LANES;
-        // x of every position for this chunk, zero-padded to whole 16-column blocks.
-        for t in 0..t_n {
-            let src_x = &x[t * cols + k0..t * cols + k0 + n];
-            let dst = std::slice::from_raw_parts_mut(xs.add(t * kc), np);
-            if W::PERMUTED {
-                for (d, b) in dst
-                    .chunks_exact_mut(DOT_LANES)
-                    .zip(src_x.chunks_exact(DOT_LANES))
-                {
-                    for (o, &c) in d.iter_mut().zip(MX_PERM.iter()) {
-                        *o = b[c] as f64;
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let t_n = x.len() / cols;
+        let kc = chunk_cols(t_n);
+        let mut s = TILE.take();
+        s.acc.clear();
+        s.acc.resize(nr * t_n * DOT_LANES, 0.0);
+        s.x.resize(t_n * kc, 0.0);
+        s.w.resize(2 * kc, 0.0);
+        let (acc, xs, ws) = (s.acc.as_mut_ptr(), s.x.as_mut_ptr(), s.w.as_mut_ptr());
+        let mut k0 = 0;
+        while k0 < cols {
+            let n = kc.min(cols - k0);
+            let np = n.div_ceil(DOT_LANES) * DOT_LANES;
+            // x of every position for this chunk, zero-padded to whole 16-column blocks.
+            for t in 0..t_n {
+                let src_x = &x[t * cols + k0..t * cols + k0 + n];
+                let dst = std::slice::from_raw_parts_mut(xs.add(t * kc), np);
+                if W::PERMUTED {
+                    for (d, b) in dst
+                        .chunks_exact_mut(DOT_LANES)
+                        .zip(src_x.chunks_exact(DOT_LANES))
+                    {
+                        for (o, &c) in d.iter_mut().zip(MX_PERM.iter()) {
+                            *o = b[c] as f64;
+                        }
+                    }
+                } else {
+                    let mut i = 0;
+                    while i + 4 <= n {
+                        _mm256_storeu_pd(dst.as_mut_ptr().add(i), f32x4(src_x.as_ptr().add(i)));
+                        i += 4;
+                    }
+                    for j in i..np {
+                        dst[j] = if j < n { src_x[j] as f64 } else { 0.0 };
                     }
                 }
-            } else {
-                let mut i = 0;
-                while i + 4 <= n {
-                    _mm256_storeu_pd(dst.as_mut_ptr().add(i), f32x4(src_x.as_ptr().add(i)));
-                    i += 4;
+            }
+            let mut r = 0;
+            while r < nr {
+                let pair = r + 1 < nr;
+                for q in r + 2..nr.min(r + 4) {
+                    src.prefetch(q, k0, n);
                 }
-                for j in i..np {
-                    dst[j] = if j < n { src_x[j] as f64 } else { 0.0 };
-                }
-            }
-        }
-        let mut r = 0;
-        while r < nr {
-            let pair = r + 1 < nr;
-            for q in r + 2..nr.min(r + 4) {
-                src.prefetch(q, k0, n);
-            }
-            // Both row buffers are zero-padded to np; a missing second row is all zero.
-            src.widen(r, k0, n, ws);
-            std::slice::from_raw_parts_mut(ws.add(n), np - n).fill(0.0);
-            if pair {
-                src.widen(r + 1, k0, n, ws.add(kc));
-                std::slice::from_raw_parts_mut(ws.add(kc + n), np - n).fill(0.0);
-            } else {
-                std::slice::from_raw_parts_mut(ws.add(kc), np).fill(0.0);
-            }
-            let rb = if pair { r + 1 } else { r };
-            for t in 0..t_n {
-                let aa = acc.add((r * t_n + t) * DOT_LANES);
-                let ab = acc.add((rb * t_n + t) * DOT_LANES);
+                // Both row buffers are zero-padded to np; a missing second row is all zero.
+                src.widen(r, k0, n, ws);
+                std::slice::from_raw_parts_mut(ws.add(n), np - n).fill(0.0);
                 if pair {
-                    acc_pair(ws, ws.add(kc), xs.add(t * kc), np, aa, ab);
+                    src.widen(r + 1, k0, n, ws.add(kc));
+                    std::slice::from_raw_parts_mut(ws.add(kc + n), np - n).fill(0.0);
                 } else {
-                    // The lone last row: the second accumulator set is a throwaway copy.
-                    let mut dummy = [0.0f64; DOT_LANES];
-                    acc_pair(ws, ws.add(kc), xs.add(t * kc), np, aa, dummy.as_mut_ptr());
+                    std::slice::from_raw_parts_mut(ws.add(kc), np).fill(0.0);
                 }
-            }
-            r += 2;
-        }
-        k0 += n;
-    }
-    for r in 0..nr {
-        for t in 0..t_n {
-            let l = std::slice::from_raw_parts(acc.add((r * t_n + t) * DOT_LANES), DOT_LANES);
-            let mut lanes = [0.0f64; DOT_LANES];
-            if W::PERMUTED {
-                for (k, &c) in MX_PERM.iter().enumerate() {
-                    lanes[c] = l[k];
+                let rb = if pair { r + 1 } else { r };
+                for t in 0..t_n {
+                    let aa = acc.add((r * t_n + t) * DOT_LANES);
+                    let ab = acc.add((rb * t_n + t) * DOT_LANES);
+                    if pair {
+                        acc_pair(ws, ws.add(kc), xs.add(t * kc), np, aa, ab);
+                    } else {
+                        // The lone last row: the second accumulator set is a throwaway copy.
+                        let mut dummy = [0.0f64; DOT_LANES];
+                        acc_pair(ws, ws.add(kc), xs.add(t * kc), np, aa, dummy.as_mut_ptr());
+                    }
                 }
-            } else {
-                lanes.copy_from_slice(l);
+                r += 2;
             }
-            out[t * nr + r] = reduce16(&lanes) as f32;
+            k0 += n;
         }
+        for r in 0..nr {
+            for t in 0..t_n {
+                let l = std::slice::from_raw_parts(acc.add((r * t_n + t) * DOT_LANES), DOT_LANES);
+                let mut lanes = [0.0f64; DOT_LANES];
+                if W::PERMUTED {
+                    for (k, &c) in MX_PERM.iter().enumerate() {
+                        lanes[c] = l[k];
+                    }
+                } else {
+                    lanes.copy_from_slice(l);
+                }
+                out[t * nr + r] = reduce16(&lanes) as f32;
+            }
+        }
+        TILE.set(s);
     }
-    TILE.set(s);
 }
 
 /// Matrix block, several positions: w \[nr, cols\] BF16, x \[T, cols\] → out \[T, nr\], tiled
 /// (every weight read and widened once per call).
+///
+/// # Safety: the CPU supports AVX2; the slice lengths are those `Kernels` checks (the
+/// scalar twin's contract), so every index used is in bounds; any alignment.
 #[target_feature(enable = "avx2")]
 pub(crate) unsafe fn matmul_bf16(w: &[u16], cols: usize, x: &[f32], out: &mut [f32]) {
-    let nr = w.len() / cols;
-    matmul_tiled(&Bf16Rows { w, cols }, nr, cols, x, out);
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let nr = w.len() / cols;
+        matmul_tiled(&Bf16Rows { w, cols }, nr, cols, x, out);
+    }
 }
 
 /// MXFP4 block, several positions: packed \[nr, cols/2\], scales \[nr, cols/32\], x \[T, cols\]
 /// → out \[T, nr\], tiled (every element decoded once per call).
+///
+/// # Safety: the CPU supports AVX2; the slice lengths are those `Kernels` checks (the
+/// scalar twin's contract), so every index used is in bounds; any alignment.
 #[target_feature(enable = "avx2")]
 pub(crate) unsafe fn matmul_mxfp4(
     packed: &[u8],
@@ -790,36 +953,45 @@ pub(crate) unsafe fn matmul_mxfp4(
     x: &[f32],
     out: &mut [f32],
 ) {
-    let nr = packed.len() / (cols / 2);
-    matmul_tiled(
-        &Mxfp4Rows {
-            packed,
-            scales,
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let nr = packed.len() / (cols / 2);
+        matmul_tiled(
+            &Mxfp4Rows {
+                packed,
+                scales,
+                cols,
+            },
+            nr,
             cols,
-        },
-        nr,
-        cols,
-        x,
-        out,
-    );
+            x,
+            out,
+        );
+    }
 }
 
 /// Exact BF16 → fp32 widening as an integer shift (no float conversion, so even NaN payloads
 /// keep their bits, like the scalar `bits << 16`).
+///
+/// # Safety: the CPU supports AVX2; the slice lengths are those `Kernels` checks (the
+/// scalar twin's contract), so every index used is in bounds; any alignment.
 #[target_feature(enable = "avx2")]
 pub(crate) unsafe fn widen_bf16(w: &[u16], y: &mut [f32]) {
-    let n = y.len();
-    let z = _mm_setzero_si128();
-    let mut i = 0;
-    while i + 8 <= n {
-        let v = _mm_loadu_si128(w.as_ptr().add(i) as *const __m128i);
-        let o = y.as_mut_ptr().add(i) as *mut __m128i;
-        _mm_storeu_si128(o, _mm_unpacklo_epi16(z, v));
-        _mm_storeu_si128(o.add(1), _mm_unpackhi_epi16(z, v));
-        i += 8;
-    }
-    for j in i..n {
-        y[j] = bf16_to_f32(w[j]);
+    // SAFETY: this function's `# Safety` contract is the caller's promise.
+    unsafe {
+        let n = y.len();
+        let z = _mm_setzero_si128();
+        let mut i = 0;
+        while i + 8 <= n {
+            let v = _mm_loadu_si128(w.as_ptr().add(i) as *const __m128i);
+            let o = y.as_mut_ptr().add(i) as *mut __m128i;
+            _mm_storeu_si128(o, _mm_unpacklo_epi16(z, v));
+            _mm_storeu_si128(o.add(1), _mm_unpackhi_epi16(z, v));
+            i += 8;
+        }
+        for j in i..n {
+            y[j] = bf16_to_f32(w[j]);
+        }
     }
 }
 

@@ -8,17 +8,13 @@ use crate::checkpoint::TensorIndex;
 use crate::cli::args::Args;
 use crate::cli::tokenize::tokenizer_dir;
 use crate::error::{Error, Result};
-use crate::model::state::DecodeState;
-use crate::model::{self, Exec};
-use crate::plan::{plan_run, ModelSizes, RunPlan};
+use crate::model::Exec;
+use crate::plan::{plan_run, ModelSizes, RunPlan, RunShape};
 use crate::report::RunReport;
 use std::path::{Path, PathBuf};
 
 /// The memory plan of the run (ENGINE.md §4), shown and put in the report; exit 3 (with the
 /// smallest plan in the report) when it does not fit.
-// The model-size literal below is kept as it stood in `execute` (`&d` with `d: &Dims`): it
-// moves next to the planner in plan/ (issue 11, item 5), which drops this allow.
-#[allow(clippy::needless_borrow)]
 pub(super) fn plan_memory(
     req: &Request,
     inp: &Inputs,
@@ -66,7 +62,6 @@ pub(super) fn plan_memory(
 
 /// The sizes the planner needs for `par` sequences decoding together (each with its KDA
 /// state and MLA cache for the positions; a step's forward over `par` rows).
-#[allow(clippy::needless_borrow, clippy::too_many_arguments)]
 fn model_sizes(
     req: &Request,
     inp: &Inputs,
@@ -76,34 +71,22 @@ fn model_sizes(
     want_all: bool,
     par: usize,
 ) -> ModelSizes {
-    let (d, layers, positions) = (&inp.d, inp.layers, inp.positions);
-    // a --batch step is one forward over up to --parallel rows
-    let logits_rows = if want_all { req.chunk } else { par };
-    let chunk = req.chunk.min(positions.max(1)).max(par);
-    let moe_bound = (0..layers).filter(|&l| l >= d.first_dense).count();
-    let expert_bytes = model::expert_bytes(&d);
-    ModelSizes {
-        layer_runs: prep.layouts.iter().map(|l| l.bytes).collect(),
-        layer_vectors: (0..layers)
-            .map(|l| crate::plan::layer_vector_bytes(&d, l))
-            .sum(),
-        embed: prep.tables.embed.len,
-        lm_head: prep.tables.lm_head.as_ref().map(|m| m.len).unwrap_or(0),
-        row: 2 * d.h as u64,
-        vocab: d.v,
-        table_vectors: 2 * d.h as u64 * 4,
-        expert: expert_bytes,
-        expert_stride: crate::plan::buffer_bytes(expert_bytes),
-        experts_total: moe_bound * d.e,
-        top_k: d.kt,
-        kda_state: DecodeState::kda_bytes(&d, layers).saturating_mul(par as u64),
-        mla_cache: DecodeState::mla_bytes(&d, layers, positions.max(1)).saturating_mul(par as u64),
-        scratch: crate::plan::scratch_bytes(&d, chunk, logits_rows)
-            + crate::plan::kernel_scratch_bytes(&d, chunk, ex.threads()),
-        tokenizer: tokenizer_bytes(&req.args, &req.model_dir),
-        tensor_index: index.heap_bytes() as u64,
-        logits_rows,
-    }
+    ModelSizes::for_run(
+        &inp.d,
+        RunShape {
+            layers: inp.layers,
+            layer_runs: prep.layouts.iter().map(|l| l.bytes).collect(),
+            embed: prep.tables.embed.len,
+            lm_head: prep.tables.lm_head.as_ref().map(|m| m.len).unwrap_or(0),
+            positions: inp.positions,
+            chunk: req.chunk,
+            all_logits: want_all,
+            threads: ex.threads(),
+            sequences: par,
+            tokenizer: tokenizer_bytes(&req.args, &req.model_dir),
+            tensor_index: index.heap_bytes() as u64,
+        },
+    )
 }
 
 /// A `--parallel N` plan that does not fit: the error says so with the largest N that fits

@@ -3,8 +3,9 @@
 
 use super::{KdaLayerState, SequenceState, StateIdentity, FIXED_HEADER, MAGIC, VERSION};
 use crate::error::{Error, Result};
-use crate::fnv::{fnv1a64, fnv1a64_continue, hex, FNV_OFFSET};
+use crate::fnv::{fnv1a64, Fnv1a64};
 use crate::generate::sample::SamplerSettings;
+use crate::units::hex;
 use std::io::Read;
 use std::path::Path;
 
@@ -44,7 +45,7 @@ pub fn parse(bytes: &[u8], name: &str, id: &StateIdentity) -> Result<SequenceSta
 /// A reader that hashes what it reads (the trailer covers every preceding byte).
 struct Hashing<'a, R: Read> {
     r: R,
-    h: u64,
+    h: Fnv1a64,
     at: u64,
     name: &'a str,
 }
@@ -70,7 +71,7 @@ impl<R: Read> Hashing<'_, R> {
                 ))
             }
         })?;
-        self.h = fnv1a64_continue(self.h, b);
+        self.h.update(b);
         self.at += b.len() as u64;
         Ok(())
     }
@@ -268,7 +269,7 @@ fn read_header<R: Read>(
 fn read_from<R: Read>(r: R, len: u64, name: &str, id: &StateIdentity) -> Result<SequenceState> {
     let mut r = Hashing {
         r,
-        h: FNV_OFFSET,
+        h: Fnv1a64::new(),
         at: 0,
         name,
     };
@@ -298,7 +299,7 @@ fn read_from<R: Read>(r: R, len: u64, name: &str, id: &StateIdentity) -> Result<
     for l in 0..id.n_mla {
         mla.push(r.f32s(n_pos * id.mla_row as u64, &format!("MLA layer {l}'s cache"))?);
     }
-    let sum = r.h;
+    let sum = r.h.finish();
     let trailer_at = r.at;
     let mut t = [0u8; 8];
     r.fill(&mut t, "the trailer")?;

@@ -13,6 +13,7 @@ const SUBCOMMANDS: &[&str] = &[
     "detokenize",
     "pack-trunk",
     "sim-cache",
+    "template",
 ];
 
 #[test]
@@ -63,4 +64,30 @@ fn help_as_a_flag_value_is_a_value() {
         out.trim().split(',').all(|t| t.parse::<u32>().is_ok()),
         "{out}"
     );
+}
+
+/// The usage, the presets and the version are output the user asked for: a full disk fails
+/// them with exit 4 as it fails every other command's output (was exit 0 for `--help`).
+#[test]
+fn help_version_and_presets_to_a_full_disk_exit_4() {
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        eprintln!("SKIPPED: /dev/full is not available on this platform");
+        return;
+    };
+    for args in [
+        vec!["--help"],
+        vec!["--version"],
+        vec!["--list-presets"],
+        vec!["run", "--help"],
+        vec!["inspect", "--help"],
+    ] {
+        let o = support::k3_command(env!("CARGO_BIN_EXE_k3"))
+            .args(&args)
+            .stdout(full.try_clone().unwrap())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(4), "{args:?}: {err}");
+        assert!(err.contains("standard output"), "{args:?}: {err}");
+    }
 }

@@ -1,6 +1,10 @@
-//! The session (src/generate/session.rs) and the run options on it: batch invariance of the
-//! batched forward, sampled runs identical on every path, snapshot / restore, stop rules,
-//! `--ctx`, the forced-reply test hook, and the refusals of issue 12's "Bad input" list.
+//! The generation layer (ENGINE.md §8–§10): the sampler against independent implementations,
+//! the stop rules, and the session with the run options on it — batch invariance of the
+//! batched forward, sampled runs identical on every path, snapshot / restore, state files,
+//! `--ctx`, `--batch`, the forced-reply test hook, and the refusals of issue 12's "Bad input"
+//! list.
 
 mod cli;
+mod sample;
 mod session;
+mod stop;

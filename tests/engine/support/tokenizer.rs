@@ -8,24 +8,8 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use tiktoken_rs::CoreBPE;
 
-/// The Kimi pre-tokeniser pattern, verbatim from the official tokenizer.
-pub const KIMI_PATTERN: &str = concat!(
-    r"[\p{Han}]+",
-    "|",
-    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
-    "|",
-    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
-    "|",
-    r"\p{N}{1,3}",
-    "|",
-    r" ?[^\s\p{L}\p{N}]+[\r\n]*",
-    "|",
-    r"\s*[\r\n]+",
-    "|",
-    r"\s+(?!\S)",
-    "|",
-    r"\s+",
-);
+mod reference_data;
+pub use reference_data::{splintr_ranks, KIMI_PATTERN};
 
 pub const VOCAB_SHA256: &str = "b6c497a7469b33ced9c38afb1ad6e47f03f5e5dc05f15930799210ec050c5103";
 
@@ -36,36 +20,6 @@ pub fn root() -> PathBuf {
 pub fn tok() -> &'static Tokenizer {
     static T: OnceLock<Tokenizer> = OnceLock::new();
     T.get_or_init(|| Tokenizer::load(&root().join("tests/fixtures/tiny-k3-text")).unwrap())
-}
-
-/// Decodes splintr's packed vocabulary: "SPLNTRV1", u32 LE count, then per entry
-/// LEB128 rank, LEB128 length, bytes.
-pub fn splintr_ranks() -> Vec<(Vec<u8>, u32)> {
-    let p = splintr_vocab_kimi::KIMI_VOCAB_PACKED;
-    assert_eq!(&p[..8], b"SPLNTRV1");
-    let count = u32::from_le_bytes(p[8..12].try_into().unwrap()) as usize;
-    let mut i = 12;
-    let varint = |i: &mut usize| {
-        let (mut v, mut shift) = (0u64, 0);
-        loop {
-            let b = p[*i];
-            *i += 1;
-            v |= ((b & 0x7F) as u64) << shift;
-            if b & 0x80 == 0 {
-                return v;
-            }
-            shift += 7;
-        }
-    };
-    let mut out = Vec::with_capacity(count);
-    for _ in 0..count {
-        let rank = varint(&mut i) as u32;
-        let len = varint(&mut i) as usize;
-        out.push((p[i..i + len].to_vec(), rank));
-        i += len;
-    }
-    assert_eq!(i, p.len());
-    out
 }
 
 pub fn reference() -> &'static CoreBPE {

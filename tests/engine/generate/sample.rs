@@ -1,13 +1,12 @@
 //! The sampler (ENGINE.md §8) against independent implementations written from the spec
-//! text (tests/generate_sample_ref.py, run when python3 is present, and a plain one here), on random logits vectors
+//! text (tests/engine/generate/sample_ref.py, run when python3 is present, and a plain one here), on random logits vectors
 //! with ties, −0, huge and tiny temperatures and every on/off combination of top-k, top-p and
 //! min-p, and on logits dumped from the tiny model.
 
-mod support;
+use crate::support::{fixture, run_k3, scratch_dir};
 use k3::generate::sample::{splitmix64, Sampler, SamplerSettings};
 use std::io::Write;
 use std::process::{Command, Stdio};
-use support::{fixture, run_k3, scratch_dir};
 
 struct Case {
     z: Vec<f32>,
@@ -66,7 +65,10 @@ fn settings(h: u64, mask: u64, v: usize) -> SamplerSettings {
 
 /// Runs the reference on `cases`; `None` when python3 is absent.
 fn reference(cases: &[Case]) -> Option<Vec<u32>> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/generate_sample_ref.py");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/engine/generate/sample_ref.py"
+    );
     let mut child = match Command::new("python3")
         .arg(script)
         .stdin(Stdio::piped())

@@ -4,12 +4,11 @@
 //! completes first (the stop fires as soon as the generated text contains one), whatever the
 //! token boundaries, never a byte of it, and every printed piece whole UTF-8.
 
-mod support;
+use crate::support::fixture;
 use k3::generate::sample::splitmix64;
 use k3::generate::stop::StopText;
 use k3::tokenizer::stream::StreamDecoder;
 use k3::tokenizer::Tokenizer;
-use support::fixture;
 
 /// Streams `ids` as a run would; returns (printed text, stopped).
 fn stream(tok: &Tokenizer, ids: &[u32], stops: &[String]) -> (String, bool) {

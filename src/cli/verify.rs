@@ -1,0 +1,451 @@
+//! `k3 verify <model_dir> [--sums FILE] [--write-sums FILE]` (docs/verify.md): checks a
+//! downloaded checkpoint.
+//!
+//! Always: the config, every shard's header and bounds and the tensor census (what `k3 inspect`
+//! checks: a truncated or padded shard fails its header's tiling check; an absent shard that
+//! holds a needed tensor is named once); a tensor byte total other than the index's `metadata.total_size` is
+//! a warning (the field is informational).
+//! With `--sums`: each listed file's SHA-256, streamed in 8 MiB reads through the I/O layer,
+//! against a `sha256sum`-format list; the first mismatch stops with the file's name.
+//! With `--write-sums`: the SHA-256 of every file in the directory, written in `sha256sum`
+//! format (atomically, like every output).
+//!
+//! Exit 0 when everything checks; exit 2 for a damaged, missing or mismatching file (the data
+//! on disk is invalid input; the message says which one file to download again); exit 4 for a
+//! read error.
+
+use crate::census::Census;
+use crate::checkpoint::{TensorIndex, INDEX_FILE};
+use crate::cli::args::{Args, Spec};
+use crate::config::Config;
+use crate::digest::sha256::{to_hex, Sha256};
+use crate::error::{Error, Result};
+use crate::io::{IoFile, OutFile};
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+pub(crate) const SPECS: [Spec; 2] = [Spec::Value("sums"), Spec::Value("write-sums")];
+
+const USAGE: &str = "\
+usage: k3 verify <model_dir> [--sums FILE | --write-sums FILE]
+  Checks a downloaded checkpoint: the config, every shard's header and bounds, the tensor
+  census (a missing shard that holds a needed tensor is named), and the tensor bytes against
+  the index's total_size. Exit 0 when all is well, 2 naming the damaged or missing file.
+  Without --sums a byte flipped inside a tensor cannot be detected: give the checksums.
+  --sums FILE        a sha256sum-format list (`<64 hex digits>  <file name>` per line); each
+                     listed file's SHA-256 is computed and compared (progress on stderr)
+  --write-sums FILE  write the SHA-256 of every file in <model_dir> in sha256sum format
+                     (after a download you trust; `sha256sum -c FILE` accepts it too)
+  See docs/verify.md.
+";
+
+/// Bytes per read while hashing: large sequential reads, one buffer per worker.
+const CHUNK: usize = 8 << 20;
+/// Files hashed at once, at most.
+const MAX_WORKERS: usize = 8;
+
+/// Runs `k3 verify` with the arguments after the subcommand name.
+pub fn run(argv: &[OsString]) -> Result<()> {
+    let Some(args) = Args::parse_or_help(argv, &SPECS, USAGE)? else {
+        return Ok(());
+    };
+    let dir = args.model_dir("verify", "see k3 verify -h")?;
+    let sums = args.value_os("sums").map(PathBuf::from);
+    let write = args.value_os("write-sums").map(PathBuf::from);
+    if sums.is_some() && write.is_some() {
+        return Err(Error::invalid(
+            "verify: give --sums FILE or --write-sums FILE, not both",
+        ));
+    }
+    // The output is checked (its temporary created) before hours of reading.
+    let mut out_file = match &write {
+        Some(p) => Some(OutFile::create("--write-sums", p, "the checksum list")?),
+        None => None,
+    };
+    let mut text = structure(&dir)?;
+    match (&sums, &mut out_file) {
+        (Some(list), _) => {
+            let entries = parse_sums(list)?;
+            text += &check_sums(&dir, list, &entries)?;
+        }
+        (None, Some(out)) => {
+            let files = dir_files(&dir, out.path())?;
+            let (body, summary) = write_sums(&dir, &files)?;
+            out.write_all(body.as_bytes())?;
+            text += &summary;
+        }
+        (None, None) => text.push_str(
+            "note: without --sums, a byte flipped inside a tensor cannot be detected from the files \
+             alone: only headers, sizes and bounds were checked. Give --sums FILE (the published \
+             SHA-256 list, or one written by --write-sums after a download you trust).\n",
+        ),
+    }
+    if let Some(out) = out_file {
+        let path = out.path().display().to_string();
+        out.commit()?;
+        let _ = writeln!(text, "wrote {path}");
+    }
+    crate::cli::write_stdout(text.as_bytes())
+}
+
+/// The checks that need no checksum; returns the report lines.
+fn structure(dir: &Path) -> Result<String> {
+    if !dir.is_dir() {
+        return Err(Error::invalid(format!(
+            "{}: not a directory (usage: k3 verify <model_dir>)",
+            dir.display()
+        )));
+    }
+    let cfg = Config::from_file(&dir.join("config.json"))?;
+    let index = TensorIndex::open(dir)?;
+    let mut text = String::new();
+    let absent: Vec<&str> = index
+        .shards()
+        .iter()
+        .filter(|s| !s.present)
+        .map(|s| s.file_name.as_str())
+        .collect();
+    let mut tensor_bytes = 0u64;
+    index.for_each(|_, _, t| tensor_bytes += t.nbytes);
+    // `total_size` is informational (written by the exporter, not checked on load): a
+    // difference is reported, not refused; each shard's own tiling check has already passed.
+    if let Some(total) = index_total_size(dir)? {
+        if total != tensor_bytes {
+            let _ = writeln!(
+                text,
+                "warning: {}: metadata.total_size is {total} bytes but the shards' tensors hold \
+                 {tensor_bytes} bytes: a shard may come from another release; --sums tells which",
+                dir.join(INDEX_FILE).display()
+            );
+        }
+    }
+    // An absent shard holding a needed tensor is named (once) by the census; one holding
+    // none (the vision tower) is only noted.
+    Census::run(&cfg, &index).check(&dir.display().to_string())?;
+    if !absent.is_empty() {
+        let _ = writeln!(
+            text,
+            "note: {} listed in {INDEX_FILE} {} not present ({}); {} no tensor k3 needs",
+            if absent.len() == 1 {
+                "1 shard"
+            } else {
+                "shards"
+            },
+            if absent.len() == 1 { "is" } else { "are" },
+            absent.join(", "),
+            if absent.len() == 1 {
+                "it holds"
+            } else {
+                "they hold"
+            }
+        );
+    }
+    let file_bytes: u64 = index.shards().iter().map(|s| s.file_size).sum();
+    let _ = writeln!(
+        text,
+        "{}: {} shards, {} tensors, {file_bytes} bytes: headers, bounds and census ok",
+        dir.display(),
+        index.shards().len(),
+        index.len()
+    );
+    Ok(text)
+}
+
+/// `metadata.total_size` of the index file, when there is an index file that has one.
+fn index_total_size(dir: &Path) -> Result<Option<u64>> {
+    let path = dir.join(INDEX_FILE);
+    if !path.exists() {
+        return Ok(None);
+    }
+    let bytes = std::fs::read(&path)
+        .map_err(|e| Error::io(format!("{}: cannot read: {e}", path.display())))?;
+    let v = crate::json::parse(&bytes).map_err(|e| e.into_error(path.display(), 0))?;
+    match v.get("metadata").and_then(|m| m.get("total_size")) {
+        None => Ok(None),
+        Some(t) => t
+            .as_number()
+            .and_then(|n| n.as_u64())
+            .map(Some)
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "{}: metadata.total_size: expected a non-negative integer",
+                    path.display()
+                ))
+            }),
+    }
+}
+
+/// One line of a `sha256sum` list: the expected digest and the file name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SumEntry {
+    /// 64 lowercase hex digits.
+    pub hex: String,
+    /// The file name relative to the model directory.
+    pub name: String,
+}
+
+/// Parses `sha256sum` output: `<64 hex>  <name>` or `<64 hex> *<name>` per line; blank lines
+/// and `#` comments are skipped.
+///
+/// Errors (exit 2): a malformed line, or a name that leaves the directory (absolute or `..`),
+/// naming the list file and line number.
+pub fn parse_sums_text(label: &str, text: &str) -> Result<Vec<SumEntry>> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim_end_matches('\r');
+        if line.trim().is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let bad = |why: &str| {
+            Error::invalid(format!(
+                "{label}: line {}: {why} (expected `<64 hex digits>  <file name>`, as sha256sum writes)",
+                i + 1
+            ))
+        };
+        let (hex, rest) = line.split_at_checked(64).ok_or_else(|| bad("too short"))?;
+        if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(bad("the digest is not 64 hex digits"));
+        }
+        let name = rest
+            .strip_prefix("  ")
+            .or_else(|| rest.strip_prefix(" *"))
+            .ok_or_else(|| bad("no two-character separator after the digest"))?;
+        if name.is_empty() || name.starts_with('/') || name.split('/').any(|c| c == "..") {
+            return Err(bad(&format!(
+                "file name `{name}` is empty or leaves the model directory"
+            )));
+        }
+        out.push(SumEntry {
+            hex: hex.to_ascii_lowercase(),
+            name: name.to_string(),
+        });
+    }
+    if out.is_empty() {
+        return Err(Error::invalid(format!("{label}: no checksum lines")));
+    }
+    Ok(out)
+}
+
+fn parse_sums(list: &Path) -> Result<Vec<SumEntry>> {
+    let text = std::fs::read_to_string(list).map_err(|e| {
+        Error::invalid(format!(
+            "flag `--sums {}`: cannot read: {e}",
+            list.display()
+        ))
+    })?;
+    parse_sums_text(&list.display().to_string(), &text)
+}
+
+/// Hashes each listed file and compares; stops at the first mismatch (in list order).
+fn check_sums(dir: &Path, list: &Path, entries: &[SumEntry]) -> Result<String> {
+    for e in entries {
+        let path = dir.join(&e.name);
+        if !path.is_file() {
+            return Err(Error::invalid(format!(
+                "{}: listed in {} but not present; download this file",
+                path.display(),
+                list.display()
+            )));
+        }
+    }
+    let start = Instant::now();
+    let paths: Vec<PathBuf> = entries.iter().map(|e| dir.join(&e.name)).collect();
+    let digests = hash_files(&paths, |i, d| to_hex(d) == entries[i].hex)?;
+    let mut total = 0u64;
+    for ((e, path), (d, n)) in entries.iter().zip(&paths).zip(&digests) {
+        let got = to_hex(d);
+        if got != e.hex {
+            return Err(Error::invalid(format!(
+                "{}: SHA-256 mismatch: {} lists {}, the file has {got}: the file is damaged or \
+                 incomplete; download this one file again",
+                path.display(),
+                list.display(),
+                e.hex
+            )));
+        }
+        total += n;
+    }
+    Ok(format!(
+        "sha256: {} match {} ({})\n",
+        files_word(entries.len()),
+        list.display(),
+        throughput(total, start.elapsed().as_secs_f64())
+    ))
+}
+
+/// The regular, non-hidden files of `dir` in byte-wise name order, without `skip` (the list
+/// being written) or its temporary.
+fn dir_files(dir: &Path, skip: &Path) -> Result<Vec<String>> {
+    let rd = std::fs::read_dir(dir)
+        .map_err(|e| Error::io(format!("{}: cannot list: {e}", dir.display())))?;
+    let skip = std::fs::canonicalize(skip.parent().unwrap_or(Path::new(".")))
+        .ok()
+        .map(|p| p.join(skip.file_name().unwrap_or_default()));
+    let skip_tmp = skip.as_deref().map(crate::io::out::tmp_path);
+    let mut names = Vec::new();
+    for ent in rd {
+        let ent = ent.map_err(|e| Error::io(format!("{}: cannot list: {e}", dir.display())))?;
+        let Ok(name) = ent.file_name().into_string() else {
+            continue;
+        };
+        let path = ent.path();
+        let canon = std::fs::canonicalize(&path).ok();
+        if name.starts_with('.')
+            || !path.is_file()
+            || (canon.is_some() && (canon == skip || canon == skip_tmp))
+        {
+            continue;
+        }
+        names.push(name);
+    }
+    names.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    Ok(names)
+}
+
+/// The `sha256sum` list of `files` and a summary line.
+fn write_sums(dir: &Path, files: &[String]) -> Result<(String, String)> {
+    let start = Instant::now();
+    let paths: Vec<PathBuf> = files.iter().map(|f| dir.join(f)).collect();
+    let digests = hash_files(&paths, |_, _| true)?;
+    let mut body = String::new();
+    let mut total = 0u64;
+    for (name, (d, n)) in files.iter().zip(&digests) {
+        total += n;
+        let _ = writeln!(body, "{}  {name}", to_hex(d));
+    }
+    let summary = format!(
+        "sha256: {} hashed ({})\n",
+        files_word(files.len()),
+        throughput(total, start.elapsed().as_secs_f64())
+    );
+    Ok((body, summary))
+}
+
+/// A file's SHA-256 and its size in bytes.
+type Hashed = ([u8; 32], u64);
+
+/// SHA-256 and size of every file of `paths`, several files at once (one per core, at most
+/// [`MAX_WORKERS`]: hashing runs at a few hundred MB/s per core, slower than a fast disk). `ok`
+/// judges each digest as it lands; after the first it refuses, no new file is started (the
+/// caller reports the first refused one in list order). Files not hashed get a zero digest.
+fn hash_files(
+    paths: &[PathBuf],
+    ok: impl Fn(usize, &[u8; 32]) -> bool + Sync,
+) -> Result<Vec<Hashed>> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, MAX_WORKERS)
+        .min(paths.len().max(1));
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let results: Mutex<Vec<Option<Result<Hashed>>>> = Mutex::new(vec![None; paths.len()]);
+    std::thread::scope(|sc| {
+        for _ in 0..workers {
+            sc.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= paths.len() || stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let t = Instant::now();
+                let r = hash_file(&paths[i]);
+                let good = match &r {
+                    Ok((d, n)) => {
+                        let k = done.fetch_add(1, Ordering::Relaxed) + 1;
+                        crate::sayln!(
+                            "[{k}/{}] {}: {n} bytes, {}",
+                            paths.len(),
+                            paths[i].display(),
+                            rate(*n, t.elapsed().as_secs_f64())
+                        );
+                        ok(i, d)
+                    }
+                    Err(_) => false,
+                };
+                if !good {
+                    stop.store(true, Ordering::Relaxed);
+                }
+                if let Ok(mut v) = results.lock() {
+                    v[i] = Some(r);
+                }
+            });
+        }
+    });
+    let v = results
+        .into_inner()
+        .map_err(|_| Error::internal("verify: a hashing thread panicked"))?;
+    v.into_iter()
+        .map(|r| r.unwrap_or(Ok(([0; 32], 0))))
+        .collect()
+}
+
+/// SHA-256 of one file and its size, read in [`CHUNK`]-byte positioned reads that do not stay
+/// in the page cache.
+fn hash_file(path: &Path) -> Result<Hashed> {
+    let f = IoFile::open(path)?;
+    let len = f.len_at_open();
+    let mut buf = vec![0u8; CHUNK.min(len as usize).max(1)];
+    let mut h = Sha256::new();
+    let mut off = 0u64;
+    while off < len {
+        let n = CHUNK.min((len - off) as usize);
+        f.read_uncached_at(&mut buf[..n], off)?;
+        h.update(&buf[..n]);
+        off += n as u64;
+    }
+    Ok((h.finish(), len))
+}
+
+/// `1 file`, `2 files`.
+fn files_word(n: usize) -> String {
+    format!("{n} file{}", if n == 1 { "" } else { "s" })
+}
+
+/// `R MB/s` (decimal), or `-` for no measurable time.
+fn rate(bytes: u64, secs: f64) -> String {
+    if secs > 0.0 {
+        format!("{:.0} MB/s", bytes as f64 / secs / 1e6)
+    } else {
+        "-".into()
+    }
+}
+
+/// `N.NNN GB in S s, R MB/s` (decimal units).
+fn throughput(bytes: u64, secs: f64) -> String {
+    format!(
+        "{:.3} GB in {secs:.1} s, {}",
+        bytes as f64 / 1e9,
+        rate(bytes, secs)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sums_lines_text_and_binary_mode() {
+        let h = "a".repeat(64);
+        let t = format!(
+            "{h}  model.safetensors\n# c\n\n{} *config.json\n",
+            "B".repeat(64)
+        );
+        let v = parse_sums_text("l", &t).unwrap();
+        assert_eq!(v[0].name, "model.safetensors");
+        assert_eq!(v[1].hex, "b".repeat(64));
+        assert_eq!(v[1].name, "config.json");
+        for bad in [
+            "zz  x",
+            &format!("{h}  ../x"),
+            &format!("{h}  /etc/x"),
+            &format!("{h} x"),
+        ] {
+            let e = parse_sums_text("l", bad).unwrap_err();
+            assert!(e.message.starts_with("l: line 1:"), "{}", e.message);
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! Message digests used to check downloaded files (`k3 verify`, docs/verify.md).
+
+pub mod sha256;

@@ -1,0 +1,382 @@
+//! Every byte formula of the plan (ENGINE.md §4): a layer's trunk and vectors, the forward
+//! pass's scratch, the kernels' per-thread scratch, buffer rounding, and [`ModelSizes`], the
+//! sizes of one run's model the planner splits.
+
+use crate::model::state::DecodeState;
+use crate::model::Dims;
+
+/// Bytes of the trunk of layer `l` as bound (BF16 matrices as BF16, small vectors as fp32).
+pub fn layer_trunk_bytes(d: &Dims, l: usize) -> u64 {
+    let (h, pk, dk, hk, kc) = (
+        d.h as u64,
+        d.pk as u64,
+        d.dk as u64,
+        d.hk as u64,
+        d.kc as u64,
+    );
+    let mut bf16 = 0u64; // elements
+    let mut f32s = 4 * h; // input/post norms, two folded AttnRes vectors
+    match d.kinds[l] {
+        crate::model::AttnKind::Kda => {
+            bf16 += 4 * pk * h + dk * h + pk * dk + hk * h + h * pk;
+            f32s += 3 * pk * kc + pk + dk + hk * 2;
+        }
+        crate::model::AttnKind::Mla => {
+            let (hm, dq, rq, rkv, dr, dn, dv) = (
+                d.hm as u64,
+                d.dq as u64,
+                d.rq as u64,
+                d.rkv as u64,
+                d.dr as u64,
+                d.dn as u64,
+                d.dv as u64,
+            );
+            bf16 += rq * h + hm * dq * rq + (rkv + dr) * h + hm * (dn + dv) * rkv + h * hm * dv;
+            if d.out_gate {
+                bf16 += hm * dv * h;
+            }
+            f32s += rq + rkv;
+        }
+    }
+    if l < d.first_dense {
+        bf16 += 3 * d.f as u64 * h;
+    } else {
+        let (e, lat, sw) = (d.e as u64, d.l as u64, d.sw as u64);
+        bf16 += e * h + 2 * lat * h + 3 * sw * h;
+        f32s += e + lat;
+    }
+    bf16 * 2 + f32s * 4
+}
+
+/// Upper bound of the forward pass's scratch for a chunk of `t` positions keeping `rows`
+/// logits rows (activations of the widest layer, the depth state, expert outputs).
+pub fn scratch_bytes(d: &Dims, t: usize, rows: usize) -> u64 {
+    let kda = 12 * d.pk + d.dk + d.hk;
+    let mla = 2 * d.rq + d.hm * d.dq + 2 * d.mla_row() + 3 * d.hm * d.dv;
+    let ffn = 3 * d.f.max(d.sw).max(d.i);
+    let moe = d.e + 3 * d.l + 2 * d.kt * d.l + 3 * d.i * d.kt;
+    let snapshots = d.nl.div_ceil(d.bs) + 1;
+    let depth = (snapshots + 6) * d.h;
+    let per_pos = kda.max(mla) + ffn + moe + depth;
+    4 * (t as u64 * per_pos as u64 + rows as u64 * d.v as u64 + (t as u64) * d.mla_row() as u64)
+}
+
+/// The kernels' per-thread scratch for chunks of `t` positions on `threads` threads
+/// ([`k3_kernels::thread_scratch_bytes`]): the largest call prepares the top-k experts' gate
+/// and up inputs (2·Kt of width max(latent, intermediate)) or one input of the widest
+/// projection.
+pub fn kernel_scratch_bytes(d: &Dims, t: usize, threads: usize) -> u64 {
+    let widest = [d.h, d.f, d.sw, d.i, d.l, d.rq, d.hm * d.dv, d.hk * d.dk]
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+    let x_elems = 2 * d.kt * d.l.max(d.i) + widest;
+    threads as u64 * k3_kernels::thread_scratch_bytes(t, x_elems)
+}
+
+/// Bytes a buffer for an `n`-byte payload takes (the widened direct-read window, FORMATS.md
+/// §6): what a pinned layer or a ring slot really costs.
+pub fn buffer_bytes(n: u64) -> u64 {
+    crate::io::window_capacity(n as usize).unwrap_or(usize::MAX) as u64
+}
+
+/// The sizes of the model the planner needs (bytes unless said otherwise).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ModelSizes {
+    /// Run length of each bound layer (the layer buffer).
+    pub layer_runs: Vec<u64>,
+    /// Widened small vectors of all bound layers (always resident).
+    pub layer_vectors: u64,
+    /// `embed_tokens` bytes, and `lm_head` bytes (0 when tied).
+    pub embed: u64,
+    pub lm_head: u64,
+    /// Bytes of one table row (H × 2), and V.
+    pub row: u64,
+    pub vocab: usize,
+    /// Model-level vectors widened (norm, output AttnRes fold).
+    pub table_vectors: u64,
+    /// Bytes of one routed expert, the stride of a cache slot, experts of the bound MoE
+    /// layers, and top-k (0 experts when no MoE layer is bound).
+    pub expert: u64,
+    pub expert_stride: u64,
+    pub experts_total: usize,
+    pub top_k: usize,
+    /// KDA state, MLA cache, scratch (without the lm_head block), tokenizer, tensor index.
+    pub kda_state: u64,
+    pub mla_cache: u64,
+    pub scratch: u64,
+    pub tokenizer: u64,
+    pub tensor_index: u64,
+    /// Logits rows a forward keeps at once (for the lm_head block scratch).
+    pub logits_rows: usize,
+}
+
+/// What one run binds and keeps, for [`ModelSizes::for_run`] (ENGINE.md §3 flags).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunShape {
+    /// Layers bound (`--layers`, default all).
+    pub layers: usize,
+    /// Run length of each bound layer's trunk in bytes (the layer buffer).
+    pub layer_runs: Vec<u64>,
+    /// `embed_tokens` bytes, and `lm_head` bytes (0 when tied).
+    pub embed: u64,
+    pub lm_head: u64,
+    /// Positions the state holds (prompt + generation; 0 counts as 1).
+    pub positions: usize,
+    /// `--prefill-chunk`: positions per forward.
+    pub chunk: usize,
+    /// Every position's logits are kept (`--dump-logits`, or `--gen 0` teacher forcing).
+    pub all_logits: bool,
+    /// Compute threads.
+    pub threads: usize,
+    /// Sequences decoding together (`--parallel`; 1 for one sequence): each has its KDA state
+    /// and MLA cache for `positions`, and a step is one forward over one row of each.
+    pub sequences: usize,
+    /// Bytes of the tokenizer tables and of the tensor index in memory.
+    pub tokenizer: u64,
+    pub tensor_index: u64,
+}
+
+impl ModelSizes {
+    /// The sizes of a run of the model of `d` shaped by `r`. A forward keeps the logits rows
+    /// of one chunk of at most min(`chunk`, positions) positions (all rows with
+    /// `all_logits`, else one), and the caller keeps one more row of V floats (the previous
+    /// step's logits, or the copy of a chunk's last row) while the next forward computes.
+    pub fn for_run(d: &Dims, r: RunShape) -> ModelSizes {
+        let positions = r.positions.max(1);
+        let seqs = r.sequences.max(1);
+        let chunk = r.chunk.min(positions).max(seqs);
+        let logits_rows = if r.all_logits { chunk } else { seqs };
+        let moe_bound = (0..r.layers).filter(|&l| l >= d.first_dense).count();
+        let expert = crate::model::expert_bytes(d);
+        let held_logits = 4 * d.v as u64 * seqs as u64;
+        ModelSizes {
+            layer_runs: r.layer_runs,
+            layer_vectors: (0..r.layers).map(|l| layer_vector_bytes(d, l)).sum(),
+            embed: r.embed,
+            lm_head: r.lm_head,
+            row: 2 * d.h as u64,
+            vocab: d.v,
+            table_vectors: 2 * d.h as u64 * 4,
+            expert,
+            expert_stride: buffer_bytes(expert),
+            experts_total: moe_bound * d.e,
+            top_k: d.kt,
+            kda_state: DecodeState::kda_bytes(d, r.layers).saturating_mul(seqs as u64),
+            mla_cache: DecodeState::mla_bytes(d, r.layers, positions).saturating_mul(seqs as u64),
+            scratch: scratch_bytes(d, chunk, logits_rows)
+                + kernel_scratch_bytes(d, chunk, r.threads)
+                + held_logits,
+            tokenizer: r.tokenizer,
+            tensor_index: r.tensor_index,
+            logits_rows,
+        }
+    }
+}
+
+/// Resident memory of the process itself, counted in the plan's `scratch`: the binary's code and
+/// data, libc, the stacks of the compute and I/O threads, allocator bookkeeping and load-time
+/// transients (5–7 MB measured on the test checkpoints), so that a hard limit of the plan's
+/// size holds the whole process (ENGINE.md §4).
+pub const PROCESS_BASELINE: u64 = 12 << 20;
+/// Target bytes of one lm_head chunk slot when the tables stream.
+pub const HEAD_CHUNK_BYTES: u64 = 32 << 20;
+/// lm_head chunk slots when some of the head streams: one chunk multiplied while the next is
+/// read. More slots would only read further ahead, and a slot's bytes are worth more as
+/// resident rows: a resident row is never read at all.
+pub const HEAD_CHUNK_SLOTS: usize = 2;
+
+impl ModelSizes {
+    /// lm_head rows per chunk when streamed: about [`HEAD_CHUNK_BYTES`], and at most a quarter
+    /// of the table (so that even a tiny model streams its head in several chunks).
+    pub fn head_chunk_rows(&self) -> usize {
+        let by_bytes = (HEAD_CHUNK_BYTES / self.row.max(1)) as usize;
+        by_bytes.min(self.vocab.div_ceil(4)).max(1)
+    }
+    /// `tie_word_embeddings` (no separate lm_head).
+    pub fn tied(&self) -> bool {
+        self.lm_head == 0
+    }
+    /// Bytes of the lm_head table ([V, H] BF16; `embed_tokens` when tied).
+    pub fn head_bytes(&self) -> u64 {
+        if self.tied() {
+            self.embed
+        } else {
+            self.lm_head
+        }
+    }
+    /// Model tables with lm_head rows 0..`rows` resident (clamped to V) and the embedding
+    /// resident or not (ignored when tied): the resident prefix in one buffer, the chunk
+    /// slots unless every row is resident, the embedding table or a one-row window (tied: the
+    /// window unless every row is resident), and the model-level vectors. Buffers count as
+    /// [`buffer_bytes`] (they are read by widened direct reads).
+    pub fn tables_bytes(&self, rows: usize, embed_resident: bool) -> u64 {
+        let rows = rows.min(self.vocab);
+        let full = rows == self.vocab;
+        let head = if full {
+            buffer_bytes(self.head_bytes())
+        } else {
+            let prefix = if rows > 0 {
+                buffer_bytes(rows as u64 * self.row)
+            } else {
+                0
+            };
+            prefix
+                + HEAD_CHUNK_SLOTS as u64 * buffer_bytes(self.row * self.head_chunk_rows() as u64)
+        };
+        let embed = match (self.tied(), full, embed_resident) {
+            (true, true, _) => 0,
+            (true, false, _) | (false, _, false) => buffer_bytes(self.row),
+            (false, _, true) => buffer_bytes(self.embed),
+        };
+        head + embed + self.table_vectors
+    }
+    /// Model tables resident: both tables + the model-level vectors.
+    pub fn tables_resident(&self) -> u64 {
+        self.tables_bytes(self.vocab, true)
+    }
+    /// Model tables streamed: one embedding row window + the lm_head chunk slots + the
+    /// model-level vectors.
+    pub fn tables_streamed(&self) -> u64 {
+        self.tables_bytes(0, false)
+    }
+    /// The most lm_head rows (< V) a resident prefix of at most `bytes` holds.
+    pub fn head_rows_within(&self, bytes: u64) -> usize {
+        if self.row == 0 || self.vocab == 0 {
+            return 0;
+        }
+        let max = self.vocab - 1;
+        let mut r = ((bytes.saturating_sub(3 * crate::io::ALIGN as u64)) / self.row) as usize;
+        r = r.min(max);
+        while r < max && buffer_bytes((r as u64 + 1) * self.row) <= bytes {
+            r += 1;
+        }
+        while r > 0 && buffer_bytes(r as u64 * self.row) > bytes {
+            r -= 1;
+        }
+        r
+    }
+    /// Scratch including the lm_head block (rows × chunk rows fp32) and the
+    /// [`PROCESS_BASELINE`].
+    pub fn scratch_with_head(&self) -> u64 {
+        self.scratch
+            + 4 * self.logits_rows as u64 * self.head_chunk_rows() as u64
+            + PROCESS_BASELINE
+    }
+    /// The fixed items (independent of the budget split).
+    pub fn fixed(&self) -> u64 {
+        // saturating, as MemoryPlan::items_total
+        [
+            self.kda_state,
+            self.mla_cache,
+            self.scratch_with_head(),
+            self.tokenizer,
+            self.tensor_index,
+            self.layer_vectors,
+        ]
+        .iter()
+        .fold(0u64, |a, &b| a.saturating_add(b))
+    }
+    /// Minimum expert-cache bytes: top-k slots (0 without MoE layers).
+    pub fn cache_min(&self) -> u64 {
+        if self.experts_total == 0 {
+            0
+        } else {
+            self.top_k.min(self.experts_total) as u64 * self.expert_stride
+        }
+    }
+    /// Expert-cache bytes holding every bound expert.
+    pub fn cache_max(&self) -> u64 {
+        self.experts_total as u64 * self.expert_stride
+    }
+    /// The whole trunk pinned.
+    pub fn trunk_all(&self) -> u64 {
+        self.layer_runs.iter().map(|&r| buffer_bytes(r)).sum()
+    }
+    /// One ring slot for the largest layer.
+    pub fn trunk_min(&self) -> u64 {
+        self.layer_runs
+            .iter()
+            .map(|&r| buffer_bytes(r))
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Run length of layer `l`'s trunk from the catalogue (MODEL.md §4, §9: 2,341,213,184 B for
+/// the released layer 0): what the planner assumes before the checkpoint is indexed.
+pub fn layer_run_bytes(cfg: &crate::config::Config, l: usize) -> u64 {
+    crate::catalogue::layer_tensors(cfg, l)
+        .iter()
+        .map(|t| t.nbytes().unwrap_or(0))
+        .sum()
+}
+
+/// Bytes of layer `l`'s small vectors as bound (fp32), which stay resident even when its
+/// matrices stream.
+pub fn layer_vector_bytes(d: &Dims, l: usize) -> u64 {
+    let (h, pk, dk, hk, kc) = (
+        d.h as u64,
+        d.pk as u64,
+        d.dk as u64,
+        d.hk as u64,
+        d.kc as u64,
+    );
+    let mut f = 4 * h;
+    match d.kinds[l] {
+        crate::model::AttnKind::Kda => f += 3 * pk * kc + pk + dk + hk,
+        crate::model::AttnKind::Mla => f += d.rq as u64 + d.rkv as u64,
+    }
+    if l >= d.first_dense {
+        f += d.e as u64 + d.l as u64;
+    }
+    4 * f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny() -> Dims {
+        let p = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/tiny-k3/config.json"
+        );
+        Dims::from_config(&crate::config::Config::from_file(p.as_ref()).unwrap())
+    }
+
+    fn shape(d: &Dims, positions: usize, all_logits: bool) -> RunShape {
+        RunShape {
+            layers: d.nl,
+            positions,
+            chunk: 64,
+            all_logits,
+            threads: 1,
+            ..RunShape::default()
+        }
+    }
+
+    #[test]
+    fn gen_0_on_a_one_id_prompt_plans_one_logits_row_not_a_chunk() {
+        let d = tiny();
+        let s = ModelSizes::for_run(&d, shape(&d, 1, true));
+        assert_eq!(s.logits_rows, 1);
+        assert_eq!(ModelSizes::for_run(&d, shape(&d, 5, true)).logits_rows, 5);
+        assert_eq!(
+            ModelSizes::for_run(&d, shape(&d, 500, true)).logits_rows,
+            64
+        );
+        assert_eq!(
+            ModelSizes::for_run(&d, shape(&d, 500, false)).logits_rows,
+            1
+        );
+    }
+
+    #[test]
+    fn the_logits_row_held_between_forwards_is_in_the_scratch() {
+        let d = tiny();
+        let s = ModelSizes::for_run(&d, shape(&d, 3, false));
+        let forward = scratch_bytes(&d, 3, 1) + kernel_scratch_bytes(&d, 3, 1);
+        assert_eq!(s.scratch - forward, 4 * d.v as u64);
+    }
+}

@@ -1,0 +1,241 @@
+//! `k3 verify` end to end (docs/verify.md) and the engine's SHA-256 against the `sha2` crate
+//! and the system's `sha256sum`: a clean fixture passes, a flipped byte is caught by the sums
+//! naming the shard, a truncated shard is caught without sums, `--write-sums` output is what
+//! `sha256sum` prints.
+
+use crate::support::{copy_checkpoint, fixture, run_k3, scratch_dir};
+use k3::digest::sha256::{to_hex, Sha256};
+use sha2::Digest as _;
+use std::path::Path;
+use std::process::Command;
+
+const SHARD3: &str = "model-00003-of-00007.safetensors";
+
+fn k3(args: &[&str]) -> (i32, String, String) {
+    let out = run_k3(args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!err.contains("panicked"), "{err}");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        err,
+    )
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// The `sha256sum` list of `dir`'s files, in byte-wise name order, computed with `sha2`.
+fn sha2_list(dir: &Path) -> String {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+        .iter()
+        .map(|n| {
+            let d = sha2::Sha256::digest(std::fs::read(dir.join(n)).unwrap());
+            let hex: String = d.iter().map(|b| format!("{b:02x}")).collect();
+            format!("{hex}  {n}\n")
+        })
+        .collect()
+}
+
+#[test]
+fn engine_sha256_equals_sha2_on_fixture_files_and_odd_lengths() {
+    let dir = fixture("tiny-k3");
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let bytes = std::fs::read(e.unwrap().path()).unwrap();
+        let want: [u8; 32] = sha2::Sha256::digest(&bytes).into();
+        assert_eq!(Sha256::digest(&bytes), want);
+    }
+    let data: Vec<u8> = (0..300u32).map(|i| (i * 31 + 7) as u8).collect();
+    for n in 0..data.len() {
+        let want: [u8; 32] = sha2::Sha256::digest(&data[..n]).into();
+        assert_eq!(
+            to_hex(&Sha256::digest(&data[..n])),
+            to_hex(&want),
+            "length {n}"
+        );
+    }
+}
+
+#[test]
+fn clean_fixture_passes_and_says_what_cannot_be_checked_without_sums() {
+    let dir = fixture("tiny-k3");
+    let (code, out, err) = k3(&["verify", s(&dir)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("7 shards"), "{out}");
+    assert!(out.contains("headers, bounds and census ok"), "{out}");
+    assert!(
+        out.contains("without --sums, a byte flipped inside a tensor cannot be detected"),
+        "{out}"
+    );
+}
+
+#[test]
+fn write_sums_equals_sha256sum_and_checks_clean() {
+    let dir = copy_checkpoint("tiny-k3", "verify_write");
+    let list = scratch_dir("verify_write_out").join("SHA256SUMS");
+    let (code, out, err) = k3(&["verify", s(&dir), "--write-sums", s(&list)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("wrote "), "{out}");
+    assert!(err.contains("MB/s") || err.contains(", -\n"), "{err}");
+    let written = std::fs::read_to_string(&list).unwrap();
+    assert_eq!(written, sha2_list(&dir));
+    // The system tool agrees, where it exists.
+    match Command::new("sha256sum")
+        .arg("-c")
+        .arg(&list)
+        .current_dir(&dir)
+        .output()
+    {
+        Ok(o) => assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout)),
+        Err(_) => eprintln!("SKIPPED: sha256sum not found"),
+    }
+    if let Ok(o) = Command::new("sh")
+        .arg("-c")
+        .arg("LC_ALL=C sha256sum $(LC_ALL=C ls)")
+        .current_dir(&dir)
+        .output()
+    {
+        if o.status.success() {
+            assert_eq!(String::from_utf8(o.stdout).unwrap(), written);
+        }
+    }
+    let (code, out, err) = k3(&["verify", s(&dir), "--sums", s(&list)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("sha256: 9 files match"), "{out}");
+}
+
+#[test]
+fn a_flipped_byte_is_caught_by_the_sums_naming_the_shard() {
+    let dir = copy_checkpoint("tiny-k3", "verify_flip");
+    let list = scratch_dir("verify_flip_out").join("SHA256SUMS");
+    std::fs::write(&list, sha2_list(&dir)).unwrap();
+    let p = dir.join(SHARD3);
+    let mut b = std::fs::read(&p).unwrap();
+    let at = b.len() - 1000; // inside a tensor, far from the header
+    b[at] ^= 0x10;
+    std::fs::write(&p, b).unwrap();
+    // The structure is still fine: only the sums can see it.
+    let (code, _, err) = k3(&["verify", s(&dir)]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = k3(&["verify", s(&dir), "--sums", s(&list)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!("{SHARD3}: SHA-256 mismatch")),
+        "{err}"
+    );
+    assert!(err.contains("download this one file again"), "{err}");
+}
+
+#[test]
+fn a_truncated_shard_is_caught_without_sums() {
+    let dir = copy_checkpoint("tiny-k3", "verify_cut");
+    let p = dir.join(SHARD3);
+    let b = std::fs::read(&p).unwrap();
+    std::fs::write(&p, &b[..b.len() - 4096]).unwrap();
+    let (code, _, err) = k3(&["verify", s(&dir)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(SHARD3), "{err}");
+    assert!(err.contains("truncated"), "{err}");
+}
+
+#[test]
+fn a_missing_shard_is_named_once_and_an_unneeded_one_only_noted() {
+    let dir = copy_checkpoint("tiny-k3", "verify_missing");
+    std::fs::remove_file(dir.join(SHARD3)).unwrap();
+    let (code, _, err) = k3(&["verify", s(&dir)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!(
+            "shard {SHARD3} is not present (the index file maps 228 required tensors to it"
+        )),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert_eq!(err.matches(SHARD3).count(), 1, "{err}");
+    // Shard 7 holds only vision tensors, which k3 does not use.
+    let dir = copy_checkpoint("tiny-k3", "verify_missing_vision");
+    std::fs::remove_file(dir.join("model-00007-of-00007.safetensors")).unwrap();
+    let (code, out, err) = k3(&["verify", s(&dir)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("note: 1 shard listed in model.safetensors.index.json is not present (model-00007-of-00007.safetensors); it holds no tensor k3 needs"),
+        "{out}"
+    );
+}
+
+/// A file the sums list names but the directory lacks is named, with what to do.
+#[test]
+fn a_listed_file_that_is_missing_is_named() {
+    let dir = copy_checkpoint("tiny-k3", "verify_listed_missing");
+    let list = scratch_dir("verify_listed_missing_out").join("SHA256SUMS");
+    std::fs::write(&list, sha2_list(&dir)).unwrap();
+    std::fs::remove_file(dir.join("model-00007-of-00007.safetensors")).unwrap();
+    let (code, _, err) = k3(&["verify", s(&dir), "--sums", s(&list)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("model-00007-of-00007.safetensors: listed in")
+            && err.contains("download this file"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_sums_lists_and_flag_combinations_are_usage_errors() {
+    let dir = fixture("tiny-k3");
+    let scratch = scratch_dir("verify_bad_list");
+    let list = scratch.join("bad");
+    std::fs::write(&list, "not a checksum line\n").unwrap();
+    let (code, _, err) = k3(&["verify", s(&dir), "--sums", s(&list)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("line 1:"), "{err}");
+    let (code, _, err) = k3(&["verify", s(&dir), "--sums", s(&list), "--write-sums", "x"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("not both"), "{err}");
+    let (code, _, err) = k3(&["verify"]);
+    assert_eq!(code, 2, "{err}");
+    let (code, out, _) = k3(&["verify", "-h"]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("usage: k3 verify"), "{out}");
+}
+
+/// A list written into the model directory itself leaves out itself and its temporary, so
+/// checking the directory against it later passes.
+#[test]
+fn write_sums_inside_the_model_dir_skips_itself() {
+    let dir = copy_checkpoint("tiny-k3", "verify_inside");
+    let list = dir.join("SHA256SUMS");
+    let (code, _, err) = k3(&["verify", s(&dir), "--write-sums", s(&list)]);
+    assert_eq!(code, 0, "{err}");
+    let written = std::fs::read_to_string(&list).unwrap();
+    assert_eq!(written.lines().count(), 9, "{written}");
+    assert!(!written.contains("SHA256SUMS"), "{written}");
+    let (code, out, err) = k3(&["verify", s(&dir), "--sums", s(&list)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("sha256: 9 files match"), "{out}");
+}
+
+/// `metadata.total_size` is informational: a difference is a warning naming both figures.
+#[test]
+fn a_total_size_other_than_the_tensor_bytes_is_a_warning() {
+    let dir = copy_checkpoint("tiny-k3", "verify_total");
+    let p = dir.join("model.safetensors.index.json");
+    let t = std::fs::read_to_string(&p).unwrap();
+    assert!(t.contains("\"total_size\": 3760928"));
+    std::fs::write(
+        &p,
+        t.replace("\"total_size\": 3760928", "\"total_size\": 3760929"),
+    )
+    .unwrap();
+    let (code, out, err) = k3(&["verify", s(&dir)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("metadata.total_size is 3760929 bytes but the shards' tensors hold 3760928"),
+        "{out}"
+    );
+}
