@@ -13,6 +13,65 @@ use crate::units::hex;
 
 mod json;
 
+/// The report's `state` object (FORMATS.md §10): the session state files of the run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StateReport {
+    /// `--load-state` path.
+    pub loaded: Option<String>,
+    /// `--save-state` path, once saved.
+    pub saved: Option<String>,
+    /// Positions in the loaded state.
+    pub n_pos_loaded: u64,
+    /// Ids generated before (the loaded header's stats).
+    pub generated_before: u64,
+    /// Sampler settings the run replaced (JSON keys).
+    pub sampler_changed: Vec<String>,
+    /// Ids this run ran through the model before its first choice.
+    pub prefilled_ids: u64,
+}
+
+/// The report's `batch` object (FORMATS.md §10) of a `--batch` run.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct BatchReport {
+    /// Inputs of the batch file.
+    pub sequences: u64,
+    /// `--parallel`.
+    pub parallel: u64,
+    /// Steps (forwards) over the active sequences.
+    pub sweeps: u64,
+    /// Ids generated over every sequence.
+    pub tokens: u64,
+    /// tokens ÷ the steps' seconds.
+    pub tokens_per_second: f64,
+}
+
+/// The report's `sampling` object (FORMATS.md §10): greedy is temperature 0, seed null.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SamplingReport {
+    /// T (0 = greedy).
+    pub temperature: f64,
+    /// P in (0, 1].
+    pub top_p: f64,
+    /// K (0 = off).
+    pub top_k: u64,
+    /// M in [0, 1).
+    pub min_p: f64,
+    /// The seed of a sampled run (given or from the OS); None when greedy.
+    pub seed: Option<u64>,
+}
+
+impl Default for SamplingReport {
+    fn default() -> SamplingReport {
+        SamplingReport {
+            temperature: 0.0,
+            top_p: 1.0,
+            top_k: 0,
+            min_p: 0.0,
+            seed: None,
+        }
+    }
+}
+
 /// One generated token (FORMATS.md §10 `steps`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StepReport {
@@ -55,6 +114,12 @@ impl Timing {
 /// Everything a run reports.
 #[derive(Debug, Clone, Default)]
 pub struct RunReport {
+    /// The session state files (FORMATS.md §10 `state`); None when neither was given.
+    pub state: Option<StateReport>,
+    /// The `--batch` totals (FORMATS.md §10 `batch`); None for one sequence.
+    pub batch: Option<BatchReport>,
+    /// The sampler settings (FORMATS.md §10 `sampling`; ENGINE.md §8).
+    pub sampling: SamplingReport,
     pub model_dir: String,
     /// `nested` or `flat`.
     pub config_shape: String,

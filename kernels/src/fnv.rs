@@ -44,6 +44,12 @@ impl Fnv1a64 {
     pub fn finish(&self) -> u64 {
         self.0
     }
+
+    /// Continues a hash whose state so far is `state` (a [`Fnv1a64::finish`] value, e.g. the
+    /// running logits hash of a saved session, FORMATS.md §9.2).
+    pub fn resume(state: u64) -> Self {
+        Fnv1a64(state)
+    }
 }
 
 /// FNV-1a-64 of fp32 values' little-endian bit patterns (one logits vector, FORMATS.md §10).

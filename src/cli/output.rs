@@ -20,6 +20,9 @@ pub struct CliOutput<'a> {
     /// The held-back step lines.
     pub deferred: Vec<String>,
     printed: bool,
+    /// `--stop` is given: the session releases the text (held back while it may begin a stop
+    /// string), and that is what is printed.
+    pub stop_text: bool,
 }
 
 impl<'a> CliOutput<'a> {
@@ -40,6 +43,7 @@ impl<'a> CliOutput<'a> {
             defer_steps,
             deferred: Vec::new(),
             printed: false,
+            stop_text: false,
         }
     }
 }
@@ -68,8 +72,9 @@ impl RunOutput for CliOutput<'_> {
         }
     }
 
-    fn token(&mut self, rep: &RunReport, step: usize, id: u32) -> Result<()> {
+    fn token(&mut self, rep: &RunReport, step: usize, id: u32, text: &str) -> Result<()> {
         match &mut self.printer {
+            Some(_) if self.stop_text => crate::cli::write_stdout(text.as_bytes())?,
             Some(p) => p.push(id)?,
             None => {
                 // The generated ids are the run's output: a failed write (a full disk, a
@@ -85,6 +90,13 @@ impl RunOutput for CliOutput<'_> {
             } else {
                 crate::sayln!("{}", rep.step_line(step));
             }
+        }
+        Ok(())
+    }
+
+    fn text(&mut self, text: &str) -> Result<()> {
+        if self.stop_text && !text.is_empty() {
+            crate::cli::write_stdout(text.as_bytes())?;
         }
         Ok(())
     }

@@ -6,16 +6,16 @@
 use super::args::{Args, Spec};
 use super::output::CliOutput;
 use super::progress::TerminalProgress;
-use super::tokenize::tokenizer_dir;
-use crate::bind::streamed::{self as bind, Prepared};
+use crate::bind::streamed as bind;
 use crate::census::Census;
 use crate::checkpoint::TensorIndex;
 use crate::error::{Error, Result};
+use crate::generate::sample::{SamplerOverrides, Setting};
 use crate::io::{IoFile, OutFile};
-use crate::model::{mla::MLA_FORM, Exec};
-use crate::plan::{gb_to_bytes, plan_run, Budget, ModelSizes, RunPlan, RunShape, GB};
+use crate::model::mla::MLA_FORM;
+use crate::plan::{gb_to_bytes, Budget, GB};
 use crate::report::RunReport;
-use crate::run::{DecodeOptions, OpenOptions, Run};
+use crate::run::{decode, DecodeOptions, OpenOptions, Run};
 use crate::stream::pack::PackedTrunk;
 use crate::stream::policy::{DEFAULT_POLICY, POLICY_NAMES};
 use crate::stream::trace::{HIST_FILE, TRACE_FILE};
@@ -24,9 +24,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+mod batch;
 mod inputs;
+mod memory;
+mod state;
 
 use inputs::{check_inputs, compute, Inputs};
+use memory::{plan_memory, PlanInputs};
+use state::generation;
 
 pub(crate) const SPECS: &[Spec] = &[
     Spec::Value("prompt"),
@@ -48,8 +53,13 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec::Value("temperature"),
     Spec::Value("top-p"),
     Spec::Value("top-k"),
+    Spec::Value("min-p"),
     Spec::Value("seed"),
     Spec::Repeat("stop-id"),
+    Spec::Repeat("stop"),
+    Spec::Value("ctx"),
+    Spec::Value("batch"),
+    Spec::Value("parallel"),
     Spec::Value("threads"),
     Spec::Value("isa"),
     Spec::Value("layers"),
@@ -71,7 +81,14 @@ usage: k3 <model_dir> [options]   (also: k3 run <model_dir> [options])
   -n, --gen N          tokens to generate (default 16; 0 = teacher-forced forward only)
   --prefill-chunk N    positions per prefill chunk (default 64; never changes a logit)
   --full-recompute     re-run the whole prefix every step (diagnostic; same logits)
-  --stop-id ID         extra end id (repeatable)
+  --stop-id ID         extra end id (repeatable); [EOS] and <|end_of_msg|> always end
+  --stop TEXT          stop when the generated text contains TEXT (repeatable; not printed)
+  --ctx N              positions the sequence may reach (default: prompt + gen)
+  --batch FILE         JSON lines {\"prompt\": TEXT} or {\"ids\": [...]} (+ gen, temperature, top_k,
+                       top_p, min_p, seed, stop): one JSON line out per input, in input order
+  --parallel N         sequences of --batch decoding together (default 1)
+  --temperature T      sampling (default 0 = greedy); --top-k K, --top-p P, --min-p M
+  --seed S             the sampler's seed (default: from the OS, printed and in --out)
   --threads N, --isa scalar|avx2|neon   (also K3_THREADS, K3_ISA)
   --layers N           bind only the first N layers
   --out FILE           JSON report;  --dump-logits PATH  f32 rows [rows, vocab]
@@ -85,18 +102,10 @@ Memory (decimal GB, fractions allowed; see k3 --list-presets):
   --trunk-ring N       ring slots (default 2 when streaming and they fit, else 1)
   --cache-gb X         expert-cache budget (at least top-k experts)
   --cache-policy NAME  lru, fifo, sieve, s3-fifo, arc, 2q, lfu-da, lfu (default lfu)
-Not supported yet (refused): sampling (--temperature other than 0, --top-p, --top-k, --seed),
-  --save-state, --load-state.
+Sessions:
+  --save-state PATH    save the sequence at the end (FORMATS.md §9; the last id stays pending)
+  --load-state PATH    continue a saved sequence (then --ids/--prompt append, optional)
 ";
-
-/// Flags of ENGINE.md §3 that belong to later work: refused, never silently ignored.
-const NOT_YET: &[(&str, &str)] = &[
-    ("top-p", "sampling"),
-    ("top-k", "sampling"),
-    ("seed", "sampling"),
-    ("save-state", "session state files"),
-    ("load-state", "session state files"),
-];
 
 /// The parsed run request (the prompt is resolved once the tokenizer is loaded).
 #[derive(Debug)]
@@ -108,6 +117,20 @@ struct Request {
     full_recompute: bool,
     chunk: usize,
     stop_ids: Vec<u32>,
+    /// `--stop` strings.
+    stop_texts: Vec<String>,
+    /// `--ctx`.
+    ctx: Option<usize>,
+    /// `--batch FILE`.
+    batch: Option<PathBuf>,
+    /// `--parallel N` (1 without it).
+    parallel: usize,
+    /// `--load-state PATH`.
+    load_state: Option<PathBuf>,
+    /// `--save-state PATH`, opened (as its temporary) before any work.
+    save_state: Option<OutFile>,
+    /// The sampling flags given.
+    sampling: SamplerOverrides,
     threads: Option<usize>,
     isa: Option<String>,
     layers: Option<usize>,
@@ -167,13 +190,6 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
             if a.positional.len() == 1 { "" } else { "s" }
         )));
     }
-    for (flag, what) in NOT_YET {
-        if a.present(&[flag]).len() == 1 {
-            return Err(Error::invalid(format!(
-                "flag `--{flag}`: not supported yet ({what} is later work)"
-            )));
-        }
-    }
     let preset = match a.value("preset")? {
         None => None,
         Some(p) if p == "auto" => None,
@@ -223,11 +239,10 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
             )));
         }
     }
-    if let Some(t) = a.parsed::<f64>("temperature", "a number")? {
-        if t != 0.0 {
-            return Err(Error::invalid(format!(
-                "flag `--temperature {t}`: not supported yet (sampling is later work; 0 = greedy)"
-            )));
+    let mut sampling = SamplerOverrides::default();
+    for s in Setting::ALL {
+        if let Some(v) = a.value(&s.flag()[2..])? {
+            sampling.set_flag(s, &v)?;
         }
     }
     let model_dir = PathBuf::from(&a.positional[0]);
@@ -237,9 +252,31 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
             model_dir.display()
         )));
     }
-    if a.present(&["prompt", "prompt-file", "ids"]).is_empty() {
+    let batch = a.value_os("batch").map(PathBuf::from);
+    let prompts = a.present(&["prompt", "prompt-file", "ids"]);
+    let load_state = a.value_os("load-state").map(PathBuf::from);
+    match (&batch, prompts.first()) {
+        (None, None) if load_state.is_none() => {
+            return Err(Error::invalid(
+                "no prompt: give one of `--prompt TEXT`, `--prompt-file PATH`, `--ids 1,2,3`, `--batch FILE`",
+            ))
+        }
+        (Some(_), Some(p)) => {
+            return Err(Error::invalid(format!(
+                "flags `--batch` and `--{p}`: the batch file holds the prompts; give one of them"
+            )))
+        }
+        _ => {}
+    }
+    let parallel = a
+        .parsed::<usize>("parallel", "a positive integer")?
+        .unwrap_or(1);
+    if parallel == 0 {
+        return Err(Error::invalid("flag `--parallel 0`: must be at least 1"));
+    }
+    if batch.is_none() && a.value("parallel")?.is_some() {
         return Err(Error::invalid(
-            "no prompt: give one of `--prompt TEXT`, `--prompt-file PATH`, `--ids 1,2,3`",
+            "flag `--parallel`: decodes the sequences of `--batch FILE` together; give --batch",
         ));
     }
     let gen = a
@@ -259,6 +296,16 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
             })?,
         );
     }
+    let stop_texts = a.values("stop")?;
+    if stop_texts.iter().any(|s| s.is_empty()) {
+        return Err(Error::invalid(
+            "flag `--stop \"\"`: a stop string must not be empty; give the text to stop at",
+        ));
+    }
+    let ctx = a.parsed::<usize>("ctx", "a positive integer")?;
+    if ctx == Some(0) {
+        return Err(Error::invalid("flag `--ctx 0`: must be at least 1"));
+    }
     let threads = a.parsed::<usize>("threads", "a positive integer")?;
     if let Some(t) = threads {
         if !(1..=k3_kernels::pool::MAX_THREADS).contains(&t) {
@@ -272,12 +319,21 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
     if layers == Some(0) {
         return Err(Error::invalid("flag `--layers`: must be at least 1"));
     }
-    let (out, dump_logits, trace_dir) = open_outputs(&a, &model_dir, trunk_dir.as_deref())?;
     let (full_recompute, quiet, isa) = (
         a.switch("full-recompute"),
         a.switch("quiet"),
         a.value("isa")?,
     );
+    state::check_flags(&a, full_recompute, gen)?;
+    let (out, dump_logits, trace_dir) = open_outputs(&a, &model_dir, trunk_dir.as_deref())?;
+    let save_state = match a.value_os("save-state") {
+        Some(p) => Some(OutFile::create(
+            "--save-state",
+            Path::new(&p),
+            "the state file",
+        )?),
+        None => None,
+    };
     Ok(Some(Request {
         config: a
             .value_os("config")
@@ -288,6 +344,13 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
         full_recompute,
         chunk,
         stop_ids,
+        stop_texts,
+        ctx,
+        batch,
+        parallel,
+        load_state,
+        save_state,
+        sampling,
         threads,
         isa,
         layers,
@@ -334,14 +397,22 @@ fn open_outputs(
         .into_iter()
         .flatten()
         .collect();
-    let input_files: Vec<&Path> = [config_path.as_ref(), prompt_file.as_ref()]
-        .into_iter()
-        .flatten()
-        .map(|p| p.as_path())
-        .collect();
+    let load_state = a.value_os("load-state").map(PathBuf::from);
+    let input_files: Vec<&Path> = [
+        config_path.as_ref(),
+        prompt_file.as_ref(),
+        load_state.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|p| p.as_path())
+    .collect();
     let mut outputs: Vec<(&str, PathBuf)> = Vec::new();
     outputs.extend(out_path.iter().map(|p| ("--out", p.clone())));
     outputs.extend(dump_path.iter().map(|p| ("--dump-logits", p.clone())));
+    if let Some(p) = a.value_os("save-state") {
+        outputs.push(("--save-state", PathBuf::from(p)));
+    }
     if let Some(t) = &trace_dir {
         for name in [TRACE_FILE, HIST_FILE] {
             outputs.push(("--dump-cache-trace", t.join(name)));
@@ -368,6 +439,7 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     };
     let out = req.out.take();
     let dump = req.dump_logits.take();
+    let save = req.save_state.take();
     let mut rep = RunReport {
         model_dir: req.model_dir.display().to_string(),
         mla_form: MLA_FORM.to_string(),
@@ -380,7 +452,7 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         stop_reason: "error".to_string(),
         ..RunReport::default()
     };
-    let res = execute(&req, dump, &mut rep, wall);
+    let res = execute(&req, dump, save, &mut rep, wall);
     rep.timing.wall_seconds = wall.elapsed().as_secs_f64();
     rep.peak_rss_bytes = crate::io::sys::peak_rss_bytes().unwrap_or(0);
     if let Err(e) = &res {
@@ -401,7 +473,13 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     res
 }
 
-fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Instant) -> Result<()> {
+fn execute(
+    req: &Request,
+    dump: Option<OutFile>,
+    save: Option<OutFile>,
+    rep: &mut RunReport,
+    wall: Instant,
+) -> Result<()> {
     let quiet = req.quiet;
     let say = |s: &str| {
         if !quiet {
@@ -445,19 +523,42 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
     if layers == d.nl {
         census.check(&req.model_dir.display().to_string())?;
     }
+    // A loaded state is checked against this model before anything is planned or run.
+    let loaded = state::load(req, &inp, &index, &census, rep)?;
+    if let Some(l) = &loaded {
+        inp.positions = l.positions;
+    }
+    let save_id = match (&save, &loaded) {
+        (None, _) => None,
+        (Some(_), Some(l)) => Some(l.id.clone()),
+        (Some(_), None) => Some(state::identity(&inp, &index, &census)?),
+    };
+    let generated_before = loaded.as_ref().map_or(0, |l| l.st.generated);
+    let (settings, rules) = generation(req, &inp, loaded.as_ref().map(|l| &l.st), rep, &say)?;
     let want_all = dump.is_some() || req.gen == 0;
     // Layouts (no tensor read), the packed trunk (validated), then the plan: all before any
     // large allocation.
     let prep = bind::prepare(&index, cfg, layers)?;
     let packed = open_packed(req, &inp, &index)?;
-    let rp = plan_memory(req, &inp, &index, &prep, &ex, want_all, rep)?;
+    let pi = PlanInputs {
+        req,
+        inp: &inp,
+        index: &index,
+        prep: &prep,
+        ex: &ex,
+        want_all,
+    };
+    let rp = plan_memory(&pi, rep)?;
     let open = OpenOptions {
         plan: &rp,
         policy: &req.policy,
         packed: packed.as_ref(),
         trace: inp.trace.take(),
     };
-    let mut run = Run::open(&index, &inp.cfg, &census, &prep, open, rep)?;
+    let run = Run::open(&index, &inp.cfg, &census, &prep, open, rep)?;
+    let mut sess = run.into_session(ex, req.chunk)?;
+    sess.full_recompute = req.full_recompute;
+    sess.tok = inp.tok.as_ref();
     rep.timing.load_seconds = t_load.elapsed().as_secs_f64();
     say(&rep.trunk_line());
     say(&rep.cache_line());
@@ -468,16 +569,19 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
     // Progress of a multi-chunk forward, on a terminal only (ENGINE.md §6).
     let mut progress = TerminalProgress::default();
     let show = !quiet && !req.no_progress && crate::io::sys::stderr_is_terminal();
+    if req.batch.is_some() {
+        return batch::run(&mut sess, std::mem::take(&mut inp.batch), req.parallel, rep);
+    }
+    out.stop_text = !req.stop_texts.is_empty();
     let opts = DecodeOptions {
-        gen: req.gen,
-        full_recompute: req.full_recompute,
-        chunk: req.chunk,
         all_rows: want_all,
-        end_ids: &inp.end_ids,
-        stop_ids: &req.stop_ids,
+        settings,
+        rules,
+        capacity: inp.positions.max(1),
+        resume: loaded.as_ref().map(|l| &l.st),
     };
-    let res = run.decode(
-        &ex,
+    let res = decode(
+        &mut sess,
         &inp.ids,
         &opts,
         &mut out,
@@ -488,7 +592,11 @@ fn execute(req: &Request, dump: Option<OutFile>, rep: &mut RunReport, wall: Inst
         crate::sayln!("{line}");
     }
     rep.timing.wall_seconds = wall.elapsed().as_secs_f64();
-    res
+    let seq = res?;
+    if let (Some(out), Some(id)) = (save, save_id) {
+        state::save(out, &seq, &id, generated_before, rep)?;
+    }
+    Ok(())
 }
 
 /// The `--trunk` packed trunk, validated against the checkpoint (exit 2).
@@ -510,76 +618,4 @@ fn open_packed(
         }
         None => None,
     })
-}
-
-/// The memory plan of the run (ENGINE.md §4), shown and put in the report; exit 3 (with the
-/// smallest plan in the report) when it does not fit.
-fn plan_memory(
-    req: &Request,
-    inp: &Inputs,
-    index: &TensorIndex,
-    prep: &Prepared,
-    ex: &Exec,
-    want_all: bool,
-    rep: &mut RunReport,
-) -> Result<RunPlan> {
-    let (d, layers, positions) = (&inp.d, inp.layers, inp.positions);
-    let say = |s: &str| {
-        if !req.quiet {
-            crate::sayln!("{s}");
-        }
-    };
-    let sizes = ModelSizes::for_run(
-        d,
-        RunShape {
-            layers,
-            layer_runs: prep.layouts.iter().map(|l| l.bytes).collect(),
-            embed: prep.tables.embed.len,
-            lm_head: prep.tables.lm_head.as_ref().map(|m| m.len).unwrap_or(0),
-            positions,
-            chunk: req.chunk,
-            all_logits: want_all,
-            threads: ex.threads(),
-            tokenizer: tokenizer_bytes(&req.args, &req.model_dir),
-            tensor_index: index.heap_bytes() as u64,
-        },
-    );
-    let available = crate::io::sys::memory_available().available();
-    let rp = match plan_run(&sizes, &req.budget, available) {
-        Ok(p) => p,
-        Err(e) => {
-            // The report still carries the figures: the smallest plan of this model.
-            rep.plan = Some(crate::plan::minimum_plan(&sizes, available));
-            return Err(e);
-        }
-    };
-    let plan = rp.memory.clone();
-    say(&format!(
-        "{}\n  budget: {}{}{}",
-        plan.lines(),
-        rp.budget_name,
-        rp.budget
-            .map(|b| format!(" {}", crate::plan::gb(b)))
-            .unwrap_or_default(),
-        rp.notes
-            .iter()
-            .map(|n| format!("; {n}"))
-            .collect::<String>()
-    ));
-    rep.plan = Some(plan.clone());
-    rep.budget_name = rp.budget_name.clone();
-    rep.budget = rp.budget;
-    plan.check()?;
-    Ok(rp)
-}
-
-/// Bytes the tokenizer tables take in memory (estimate: twice the rank file).
-fn tokenizer_bytes(args: &Args, model_dir: &Path) -> u64 {
-    let dir = tokenizer_dir(
-        args.value_os("tok").map(PathBuf::from).as_deref(),
-        model_dir,
-    );
-    dir.and_then(|d| std::fs::metadata(d.join(crate::tokenizer::TIKTOKEN_FILE)).ok())
-        .map(|m| 2 * m.len())
-        .unwrap_or(0)
 }

@@ -3,8 +3,10 @@
 //! ENGINE.md §10, and the logprobs of ENGINE.md §11. The session (which runs the model)
 //! composes them.
 
+pub mod batch;
 pub mod batch_input;
 pub mod logprob;
 pub mod sample;
+pub mod session;
 pub mod state_file;
 pub mod stop;

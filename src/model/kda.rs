@@ -7,13 +7,16 @@ use super::state::KdaState;
 use super::weights::{KdaMats, KdaVecs};
 use super::{Dims, Exec};
 
-/// Runs the KDA layer on `x` ([T, H], already RMS-normed) and writes `out` ([T, H]).
+/// Runs the KDA layer on `x` ([T, H], already RMS-normed) and writes `out` ([T, H]). The rows
+/// are the batch's segments in order: `parts` gives each segment's state and row count (the
+/// counts sum to T). Projections run over all rows; the conv and the recurrence run per
+/// segment over its own history and state.
 pub fn forward(
     ex: &Exec,
     d: &Dims,
     m: &KdaMats<'_>,
     v: &KdaVecs,
-    st: &mut KdaState,
+    parts: &mut [(&mut KdaState, usize)],
     x: &[f32],
     out: &mut [f32],
 ) {
@@ -46,11 +49,16 @@ pub fn forward(
     let mut qc = vec![0f32; t * pk];
     let mut kc = vec![0f32; t * pk];
     let mut vc = vec![0f32; t * pk];
-    let (hq, rest) = st.conv.split_at_mut(hn);
-    let (hkk, hv) = rest.split_at_mut(hn);
-    ex.kda_short_conv(&q, &v.q_conv, d.kc, hq, &mut qc);
-    ex.kda_short_conv(&k, &v.k_conv, d.kc, hkk, &mut kc);
-    ex.kda_short_conv(&vv, &v.v_conv, d.kc, hv, &mut vc);
+    let mut r0 = 0;
+    for (st, n) in parts.iter_mut() {
+        let r = r0 * pk..(r0 + *n) * pk;
+        let (hq, rest) = st.conv.split_at_mut(hn);
+        let (hkk, hv) = rest.split_at_mut(hn);
+        ex.kda_short_conv(&q[r.clone()], &v.q_conv, d.kc, hq, &mut qc[r.clone()]);
+        ex.kda_short_conv(&k[r.clone()], &v.k_conv, d.kc, hkk, &mut kc[r.clone()]);
+        ex.kda_short_conv(&vv[r.clone()], &v.v_conv, d.kc, hv, &mut vc[r]);
+        r0 += *n;
+    }
 
     // 3-4. L2Norm per head on q and k; the query scale sD on q only
     ex.l2norm_heads(&mut qc, dk, d.sd);
@@ -66,7 +74,21 @@ pub fn forward(
 
     // 7. recurrence: positions in order, heads independent, output from the updated state
     let mut o = vec![0f32; t * pk];
-    ex.kda_recurrence(&mut st.st, &qc, &kc, &vc, &alpha, &beta, dk, &mut o);
+    let mut r0 = 0;
+    for (st, n) in parts.iter_mut() {
+        let (r, rb) = (r0 * pk..(r0 + *n) * pk, r0 * hk..(r0 + *n) * hk);
+        ex.kda_recurrence(
+            &mut st.st,
+            &qc[r.clone()],
+            &kc[r.clone()],
+            &vc[r.clone()],
+            &alpha[r.clone()],
+            &beta[rb],
+            dk,
+            &mut o[r],
+        );
+        r0 += *n;
+    }
 
     // 8. head-wise RMSNorm with the shared Dk gain, then the output gate
     let mut on = vec![0f32; t * pk];

@@ -9,23 +9,23 @@ use super::{Dims, Exec};
 /// The MLA form this engine uses (part of the numerics identity, FORMATS.md §9.1).
 pub const MLA_FORM: &str = "absorbed";
 
-/// Runs the MLA layer on `x` ([T, H], RMS-normed) for positions `pos0 … pos0+T−1`, writing
-/// those cache rows, and writes `out` ([T, H]). The cache must hold `pos0 + T` rows.
-/// Threads split heads.
-#[allow(clippy::too_many_arguments)]
+/// Runs the MLA layer on `x` ([T, H], RMS-normed) and writes `out` ([T, H]). The rows are
+/// the batch's segments in order: `parts` gives each segment's cache, first position `pos0`
+/// and row count `n` (the counts sum to T); a segment's rows are positions `pos0 … pos0+n−1`,
+/// written to its own cache (which must hold `pos0 + n` rows) and attending over it alone.
+/// Projections run over all rows; threads split heads.
 pub fn forward(
     ex: &Exec,
     d: &Dims,
     m: &MlaMats<'_>,
     v: &MlaVecs,
-    cache: &mut MlaCache,
+    parts: &mut [(&mut MlaCache, usize, usize)],
     x: &[f32],
-    pos0: usize,
     out: &mut [f32],
 ) {
     let t = x.len() / d.h;
     let row = d.mla_row();
-    let (hm, dq, dn, dv, rkv) = (d.hm, d.dq, d.dn, d.dv, d.rkv);
+    let (hm, dq, dv) = (d.hm, d.dq, d.dv);
     // Projections of x: the query's low rank, [latent | k_pe] and the output gate, one job.
     let mut cq = vec![0f32; t * d.rq];
     let mut c = vec![0f32; t * row];
@@ -48,6 +48,52 @@ pub fn forward(
     let mut qall = vec![0f32; t * hm * dq];
     ex.matmul(&m.q_b_proj, &cqn, &mut qall);
 
+    // 2-4. per segment: its cache rows, then attention over its own cache
+    let mut o = vec![0f32; t * hm * dv];
+    let mut r0 = 0;
+    for (cache, pos0, n) in parts.iter_mut() {
+        let (rs, re) = (r0 * hm, (r0 + *n) * hm);
+        attend(
+            ex,
+            d,
+            m,
+            v,
+            cache,
+            &c[r0 * row..(r0 + *n) * row],
+            &qall[rs * dq..re * dq],
+            *pos0,
+            &mut o[rs * dv..re * dv],
+        );
+        r0 += *n;
+    }
+
+    // 5. output gate (no norm)
+    if m.g_proj.is_some() {
+        ex.sigmoid_gate(&mut o, &gl);
+    }
+
+    // 6. output projection
+    ex.matmul(&m.o_proj, &o, out);
+}
+
+/// Steps 2–4 of §6.5 for one segment: `c` ([n, Rkv + Dr] projections) normed into the cache
+/// at positions `pos0 …`, then each query of `qall` ([n, Hm, Dq]) attends over slots 0 … its
+/// position; writes `o` [n, Hm, Dv]. Heads in parallel.
+#[allow(clippy::too_many_arguments)]
+fn attend(
+    ex: &Exec,
+    d: &Dims,
+    m: &MlaMats<'_>,
+    v: &MlaVecs,
+    cache: &mut MlaCache,
+    c: &[f32],
+    qall: &[f32],
+    pos0: usize,
+    o: &mut [f32],
+) {
+    let row = d.mla_row();
+    let (hm, dq, dn, dv, rkv) = (d.hm, d.dq, d.dn, d.dv, d.rkv);
+    let t = c.len() / row;
     // 2. [latent | k_pe]; only the latent is normed (eps 1e-6); rows go to slots pos0 …
     for p in 0..t {
         let src = &c[p * row..(p + 1) * row];
@@ -84,19 +130,10 @@ pub fn forward(
             ex.matmul_bf16(w_v, dv, rkv, &obar, &mut oh[p * dv..(p + 1) * dv]);
         }
     });
-    let mut o = vec![0f32; t * hm * dv];
     for h in 0..hm {
         for p in 0..t {
             o[(p * hm + h) * dv..(p * hm + h + 1) * dv]
                 .copy_from_slice(&by_head[(h * t + p) * dv..(h * t + p + 1) * dv]);
         }
     }
-
-    // 5. output gate (no norm)
-    if m.g_proj.is_some() {
-        ex.sigmoid_gate(&mut o, &gl);
-    }
-
-    // 6. output projection
-    ex.matmul(&m.o_proj, &o, out);
 }

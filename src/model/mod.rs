@@ -188,6 +188,12 @@ pub trait TrunkSource {
     /// the blocking never changes a bit (MODEL.md §6.8). An error (from a read or from `f`)
     /// fails the forward.
     fn lm_head(&mut self, f: &mut dyn FnMut(usize, Bf16Mat<'_>) -> Result<()>) -> Result<()>;
+
+    /// Trunk and model-table bytes read from files so far (a step's dense "bytes read",
+    /// ENGINE.md §6); a resident source reads none (the default).
+    fn bytes_read(&self) -> u64 {
+        0
+    }
 }
 
 /// Which logits rows a forward call returns.
@@ -201,6 +207,37 @@ pub enum LogitRows {
     All,
 }
 
+/// One sequence's part of a batched forward: its decode state, the ids of its new positions
+/// (`state.n_pos …`) and which of their logits rows to return.
+#[derive(Debug)]
+pub struct Segment<'a> {
+    /// The sequence's state: KDA state and conv history, MLA cache, positions so far.
+    pub state: &'a mut DecodeState,
+    /// The new positions' ids (at least one), each < V.
+    pub ids: &'a [u32],
+    /// The logits rows this segment wants.
+    pub rows: LogitRows,
+}
+
+/// Where each row of a batched forward lies: its segment and absolute position, for messages
+/// (a batch of one names only the position, as a single sequence always did).
+struct RowPlaces {
+    /// (segment, position) per row, rows in segment order.
+    places: Vec<(usize, usize)>,
+    batched: bool,
+}
+
+impl RowPlaces {
+    fn at(&self, row: usize) -> String {
+        let (s, p) = self.places[row];
+        if self.batched {
+            format!("position {p} of batch sequence {s}")
+        } else {
+            format!("position {p}")
+        }
+    }
+}
+
 /// A bound model: dimensions, per-layer weights (bound layers only) and the output vectors.
 #[derive(Debug)]
 pub struct Model {
@@ -211,11 +248,10 @@ pub struct Model {
 
 impl Model {
     /// Runs positions `state.n_pos …` for `ids` through the bound layers, updating `state`,
-    /// and returns the requested logits rows, `[rows, V]`.
+    /// and returns the requested logits rows, `[rows, V]`: the batch of one of
+    /// [`Model::forward_batch`].
     ///
-    /// Errors: an id ≥ V or a non-finite layer output or logit (exit 2, naming layer and
-    /// position), a failed trunk or expert read (from the sources). After an error the state is
-    /// unusable.
+    /// Errors: those of [`Model::forward_batch`].
     pub fn forward(
         &self,
         ex: &Exec,
@@ -225,31 +261,63 @@ impl Model {
         ids: &[u32],
         rows: LogitRows,
     ) -> Result<Vec<f32>> {
+        let mut segs = [Segment { state, ids, rows }];
+        let mut out = self.forward_batch(ex, trunk, experts, &mut segs)?;
+        Ok(out.pop().unwrap_or_default())
+    }
+
+    /// One forward over the new rows of several sequences (MODEL.md §6, §7): every matrix of a
+    /// layer and every expert of the rows' union is read once for all rows; the KDA conv and
+    /// recurrence and the MLA attention run per segment over its own state at its own
+    /// positions; each row's MoE output sums its experts in its own top-k order. No reduction
+    /// mixes rows, so a sequence's logits are the same bits alone or in any batch. Returns
+    /// each segment's requested logits rows, `[rows, V]`, in segment order.
+    ///
+    /// Errors: an id ≥ V or a non-finite layer output or logit (exit 2, naming layer and
+    /// position), a failed trunk or expert read (from the sources). After an error every
+    /// segment's state is unusable.
+    pub fn forward_batch(
+        &self,
+        ex: &Exec,
+        trunk: &mut dyn TrunkSource,
+        experts: &mut dyn ExpertSource,
+        segs: &mut [Segment<'_>],
+    ) -> Result<Vec<Vec<f32>>> {
         let d = &self.dims;
-        let (t, h, pos0) = (ids.len(), d.h, state.n_pos);
-        if pos0 + t > state.capacity {
-            return Err(Error::internal(format!(
-                "positions {pos0}..{} exceed the planned capacity {}",
-                pos0 + t,
-                state.capacity
-            )));
+        let h = d.h;
+        let mut places = Vec::new();
+        for (si, s) in segs.iter().enumerate() {
+            let (pos0, t) = (s.state.n_pos, s.ids.len());
+            if t == 0 || pos0 + t > s.state.capacity {
+                return Err(Error::internal(format!(
+                    "segment {si}: positions {pos0}..{} exceed the planned capacity {} (or none)",
+                    pos0 + t,
+                    s.state.capacity
+                )));
+            }
+            places.extend((pos0..pos0 + t).map(|p| (si, p)));
         }
+        let places = RowPlaces {
+            places,
+            batched: segs.len() > 1,
+        };
+        let t = places.places.len();
         // §6.2 embedding
         let mut emb = vec![0f32; t * h];
-        for (p, &id) in ids.iter().enumerate() {
+        for (r, &id) in segs.iter().flat_map(|s| s.ids.iter()).enumerate() {
             if id as usize >= d.v {
                 return Err(Error::invalid(format!(
-                    "token id {id} at position {} is outside the vocabulary (vocab_size {})",
-                    pos0 + p,
+                    "token id {id} at {} is outside the vocabulary (vocab_size {})",
+                    places.at(r),
                     d.v
                 )));
             }
             let row = trunk.embed_row(id as usize)?;
-            ex.widen_bf16(row, &mut emb[p * h..(p + 1) * h]);
+            ex.widen_bf16(row, &mut emb[r * h..(r + 1) * h]);
         }
 
         // The lm_head's first streamed chunks are read while the layers compute.
-        if rows != LogitRows::None {
+        if segs.iter().any(|s| s.rows != LogitRows::None) {
             trunk.prefetch_lm_head();
         }
 
@@ -270,21 +338,13 @@ impl Model {
             if l % d.bs == 0 {
                 depth.push_snapshot();
             }
-            // 3. attention
+            // 3. attention, per segment over its own state
             ex.rmsnorm(&xa, &lw.input_layernorm, d.eps, &mut xn);
-            match (&lw.attn, &mut state.layers[l]) {
-                (AttnWeights::Kda(w), LayerState::Kda(st)) => {
-                    kda::forward(ex, d, &w.mats.view(buf), &w.vecs, st, &xn, &mut y)
-                }
-                (AttnWeights::Mla(w), LayerState::Mla(c)) => {
-                    mla::forward(ex, d, &w.mats.view(buf), &w.vecs, c, &xn, pos0, &mut y)
-                }
-                _ => return Err(Error::internal(format!("layer {l}: state kind mismatch"))),
-            }
+            attention(ex, d, l, lw, buf, segs, &xn, &mut y)?;
             // 4. P = y or P + y
             depth.add(ex, &y);
-            check_finite(&depth.p, h, pos0, |pos| {
-                format!("the attention output of layer {l} at position {pos}")
+            check_finite(&depth.p, h, &places, |at| {
+                format!("the attention output of layer {l} at {at}")
             })?;
             // 5. pre-FFN aggregation
             depth.agg(ex, &lw.f_mlp_res, d.eps, &mut xa);
@@ -294,27 +354,61 @@ impl Model {
                 FfnWeights::Dense(s) => ffn::situ_mlp(ex, d, &s.view(buf), &xn, &mut y),
                 FfnWeights::Moe(w) => {
                     let m = w.mats.view(buf);
-                    moe::forward(ex, d, l, &m, &w.vecs, experts, &xn, pos0, &mut y)?;
+                    let at = |r: usize| places.at(r);
+                    moe::forward(ex, d, l, &m, &w.vecs, experts, &xn, &at, &mut y)?;
                 }
             }
             // 7. P += f
             depth.add(ex, &y);
-            check_finite(&depth.p, h, pos0, |pos| {
-                format!("the output of layer {l} at position {pos}")
+            check_finite(&depth.p, h, &places, |at| {
+                format!("the output of layer {l} at {at}")
             })?;
         }
-        state.n_pos = pos0 + t;
+        for s in segs.iter_mut() {
+            s.state.n_pos += s.ids.len();
+        }
+        self.logits(ex, trunk, &depth, segs, &places)
+    }
 
-        // §6.8 output aggregation, final norm, lm_head
-        let (first, n_rows) = match rows {
-            LogitRows::None => return Ok(Vec::new()),
-            LogitRows::Last => (t - 1, 1),
-            LogitRows::All => (0, t),
-        };
+    /// §6.8 output aggregation, final norm and lm_head over the rows the segments want; each
+    /// segment's rows `[rows, V]`.
+    fn logits(
+        &self,
+        ex: &Exec,
+        trunk: &mut dyn TrunkSource,
+        depth: &Depth,
+        segs: &[Segment<'_>],
+        places: &RowPlaces,
+    ) -> Result<Vec<Vec<f32>>> {
+        let (d, h) = (&self.dims, self.dims.h);
+        // The wanted rows (global row indices), segment by segment.
+        let mut wanted: Vec<usize> = Vec::new();
+        let mut counts = Vec::with_capacity(segs.len());
+        let mut r0 = 0;
+        for s in segs {
+            let t = s.ids.len();
+            let rows: Vec<usize> = match s.rows {
+                LogitRows::None => Vec::new(),
+                LogitRows::Last => vec![r0 + t - 1],
+                LogitRows::All => (r0..r0 + t).collect(),
+            };
+            counts.push(rows.len());
+            wanted.extend(rows);
+            r0 += t;
+        }
+        let n_rows = wanted.len();
+        if n_rows == 0 {
+            return Ok(vec![Vec::new(); segs.len()]);
+        }
+        let t = places.places.len();
         let mut fin = vec![0f32; t * h];
         depth.agg(ex, &self.output.f_output_attn_res, d.eps, &mut fin);
+        let mut picked = vec![0f32; n_rows * h];
+        for (j, &r) in wanted.iter().enumerate() {
+            picked[j * h..(j + 1) * h].copy_from_slice(&fin[r * h..(r + 1) * h]);
+        }
         let mut n = vec![0f32; n_rows * h];
-        ex.rmsnorm(&fin[first * h..], &self.output.norm, d.eps, &mut n);
+        ex.rmsnorm(&picked, &self.output.norm, d.eps, &mut n);
         let mut logits = vec![0f32; n_rows * d.v];
         let mut block_out = Vec::new();
         trunk.lm_head(&mut |v0, w| {
@@ -335,11 +429,60 @@ impl Model {
             }
             Ok(())
         })?;
-        check_finite(&logits, d.v, pos0 + first, |pos| {
-            format!("the logits at position {pos}")
-        })?;
-        Ok(logits)
+        let at_wanted = RowPlaces {
+            places: wanted.iter().map(|&r| places.places[r]).collect(),
+            batched: places.batched,
+        };
+        check_finite(&logits, d.v, &at_wanted, |at| format!("the logits at {at}"))?;
+        let mut out = Vec::with_capacity(segs.len());
+        let mut rest = &logits[..];
+        for c in counts {
+            let (a, b) = rest.split_at(c * d.v);
+            out.push(a.to_vec());
+            rest = b;
+        }
+        Ok(out)
     }
+}
+
+/// Step 3 of §6.3 for layer `l`: KDA or MLA over the batch's rows `xn` ([T, H]), each segment
+/// over its own state; writes `y` [T, H].
+#[allow(clippy::too_many_arguments)]
+fn attention(
+    ex: &Exec,
+    d: &Dims,
+    l: usize,
+    lw: &LayerWeights,
+    buf: &[u16],
+    segs: &mut [Segment<'_>],
+    xn: &[f32],
+    y: &mut [f32],
+) -> Result<()> {
+    let mismatch = || Error::internal(format!("layer {l}: state kind mismatch"));
+    match &lw.attn {
+        AttnWeights::Kda(w) => {
+            let mut parts = Vec::with_capacity(segs.len());
+            for s in segs.iter_mut() {
+                match &mut s.state.layers[l] {
+                    LayerState::Kda(st) => parts.push((st, s.ids.len())),
+                    _ => return Err(mismatch()),
+                }
+            }
+            kda::forward(ex, d, &w.mats.view(buf), &w.vecs, &mut parts, xn, y);
+        }
+        AttnWeights::Mla(w) => {
+            let mut parts = Vec::with_capacity(segs.len());
+            for s in segs.iter_mut() {
+                let pos0 = s.state.n_pos;
+                match &mut s.state.layers[l] {
+                    LayerState::Mla(c) => parts.push((c, pos0, s.ids.len())),
+                    _ => return Err(mismatch()),
+                }
+            }
+            mla::forward(ex, d, &w.mats.view(buf), &w.vecs, &mut parts, xn, y);
+        }
+    }
+    Ok(())
 }
 
 // The resident binding moved to `crate::bind`; kept at its old path for tests and bench.
@@ -351,19 +494,19 @@ pub fn expert_bytes(d: &Dims) -> u64 {
     3 * (m / 2 + m / 32)
 }
 
-/// Refuses a non-finite value in `x` (`[rows, width]`, row r at position `pos0 + r`) with an
+/// Refuses a non-finite value in `x` (`[rows, width]`, row r where `places` says) with an
 /// exit-2 error naming what and where (MODEL.md §5.6).
 fn check_finite(
     x: &[f32],
     width: usize,
-    pos0: usize,
-    what: impl Fn(usize) -> String,
+    places: &RowPlaces,
+    what: impl Fn(String) -> String,
 ) -> Result<()> {
     if let Some(i) = k3_kernels::first_non_finite(x) {
         return Err(Error::invalid(format!(
             "non-finite value ({}) in {} (element {}): the checkpoint is not usable",
             x[i],
-            what(pos0 + i / width),
+            what(places.at(i / width)),
             i % width
         )));
     }

@@ -33,8 +33,8 @@ pub fn select(d: &Dims, s: &[f32], bias: &[f32]) -> std::result::Result<Selectio
     })
 }
 
-/// Runs the MoE block of layer `layer` on `x` ([T, H], RMS-normed) for positions starting at
-/// `pos0`; writes `out` [T, H]. Errors: a NaN router key (exit 2) or a failed expert fetch
+/// Runs the MoE block of layer `layer` on `x` ([T, H], RMS-normed; `at(r)` names row r's
+/// position in messages); writes `out` [T, H]. Errors: a NaN router key (exit 2) or a failed expert fetch
 /// (whatever the source reports); no position is ever computed with an expert missing.
 #[allow(clippy::too_many_arguments)]
 pub fn forward(
@@ -45,7 +45,7 @@ pub fn forward(
     v: &MoeVecs,
     experts: &mut dyn ExpertSource,
     x: &[f32],
-    pos0: usize,
+    at: &dyn Fn(usize) -> String,
     out: &mut [f32],
 ) -> Result<()> {
     let t = x.len() / d.h;
@@ -62,8 +62,8 @@ pub fn forward(
     for p in 0..t {
         let one = select(d, &s[p * e_n..(p + 1) * e_n], &v.bias).map_err(|msg| {
             Error::invalid(format!(
-                "layer {layer}, position {}: {msg}: non-finite activation, the checkpoint is not usable",
-                pos0 + p
+                "layer {layer}, {}: {msg}: non-finite activation, the checkpoint is not usable",
+                at(p)
             ))
         })?;
         sel.push(one);

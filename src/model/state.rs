@@ -61,6 +61,15 @@ impl DecodeState {
         }
     }
 
+    /// A state of no layers and no capacity (a placeholder; allocates nothing).
+    pub fn empty() -> DecodeState {
+        DecodeState {
+            n_pos: 0,
+            capacity: 0,
+            layers: Vec::new(),
+        }
+    }
+
     /// Back to a fresh sequence without reallocating.
     pub fn reset(&mut self) {
         self.n_pos = 0;

@@ -129,6 +129,9 @@ pub struct RunShape {
     pub all_logits: bool,
     /// Compute threads.
     pub threads: usize,
+    /// Sequences decoding together (`--parallel`; 1 for one sequence): each has its KDA state
+    /// and MLA cache for `positions`, and a step is one forward over one row of each.
+    pub sequences: usize,
     /// Bytes of the tokenizer tables and of the tensor index in memory.
     pub tokenizer: u64,
     pub tensor_index: u64,
@@ -141,11 +144,12 @@ impl ModelSizes {
     /// step's logits, or the copy of a chunk's last row) while the next forward computes.
     pub fn for_run(d: &Dims, r: RunShape) -> ModelSizes {
         let positions = r.positions.max(1);
-        let chunk = r.chunk.min(positions);
-        let logits_rows = if r.all_logits { chunk } else { 1 };
+        let seqs = r.sequences.max(1);
+        let chunk = r.chunk.min(positions).max(seqs);
+        let logits_rows = if r.all_logits { chunk } else { seqs };
         let moe_bound = (0..r.layers).filter(|&l| l >= d.first_dense).count();
         let expert = crate::model::expert_bytes(d);
-        let held_logits = 4 * d.v as u64;
+        let held_logits = 4 * d.v as u64 * seqs as u64;
         ModelSizes {
             layer_runs: r.layer_runs,
             layer_vectors: (0..r.layers).map(|l| layer_vector_bytes(d, l)).sum(),
@@ -158,8 +162,8 @@ impl ModelSizes {
             expert_stride: buffer_bytes(expert),
             experts_total: moe_bound * d.e,
             top_k: d.kt,
-            kda_state: DecodeState::kda_bytes(d, r.layers),
-            mla_cache: DecodeState::mla_bytes(d, r.layers, positions),
+            kda_state: DecodeState::kda_bytes(d, r.layers).saturating_mul(seqs as u64),
+            mla_cache: DecodeState::mla_bytes(d, r.layers, positions).saturating_mul(seqs as u64),
             scratch: scratch_bytes(d, chunk, logits_rows)
                 + kernel_scratch_bytes(d, chunk, r.threads)
                 + held_logits,

@@ -41,10 +41,23 @@ impl RunReport {
             .with(
                 "sampling",
                 Object::new()
-                    .with("temperature", 0.0)
-                    .with("top_p", 1.0)
-                    .with("top_k", 0u64)
-                    .with("seed", Value::Null),
+                    .with("temperature", self.sampling.temperature)
+                    .with("top_p", self.sampling.top_p)
+                    .with("top_k", self.sampling.top_k)
+                    .with("min_p", self.sampling.min_p)
+                    .with("seed", self.sampling.seed.map_or(Value::Null, |s| s.into())),
+            )
+            .with(
+                "batch",
+                self.batch.map_or(Value::Null, |b| {
+                    Object::new()
+                        .with("sequences", b.sequences)
+                        .with("parallel", b.parallel)
+                        .with("sweeps", b.sweeps)
+                        .with("tokens", b.tokens)
+                        .with("tokens_per_second", b.tokens_per_second)
+                        .into()
+                }),
             )
             .with("layers", self.layers)
             .with("layers_bound", self.layers_bound)
@@ -84,13 +97,24 @@ impl RunReport {
                     .with("model_tables_streamed", self.tables_streamed)
                     .with("io_share", self.io_share()),
             )
-            .with(
-                "state",
+            .with("state", {
+                let st = self.state.clone().unwrap_or_default();
                 Object::new()
-                    .with("loaded", Value::Null)
-                    .with("saved", Value::Null)
-                    .with("n_pos_loaded", 0u64),
-            )
+                    .with("loaded", st.loaded.clone())
+                    .with("saved", st.saved.clone())
+                    .with("n_pos_loaded", st.n_pos_loaded)
+                    .with("generated_before", st.generated_before)
+                    .with(
+                        "sampler_changed",
+                        Value::Array(
+                            st.sampler_changed
+                                .iter()
+                                .map(|k| Value::from(k.as_str()))
+                                .collect(),
+                        ),
+                    )
+                    .with("prefilled_ids", st.prefilled_ids)
+            })
             .with(
                 "error",
                 self.error.as_ref().map(|e| {

@@ -415,6 +415,11 @@ impl TrunkSource for StreamedTrunk {
         self.tables.embed_row(&self.table_io, id)
     }
 
+    fn bytes_read(&self) -> u64 {
+        let ts = self.table_stats();
+        self.stats().bytes_read + ts.embedding_bytes_read + ts.lm_head_bytes_read
+    }
+
     fn prefetch_lm_head(&mut self) {
         self.tables.prefetch_lm_head(&self.table_io);
     }

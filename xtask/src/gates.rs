@@ -39,10 +39,12 @@ const BATTERY_TEST: &str = "kernels/tests/gate_battery.rs";
 /// unit tests, and the tests of the engine's integration crate ([`ENGINE_TEST`]) selected by
 /// these libtest name filters (module paths of tests/engine/): the model on tiny-k3
 /// (`model::`), the run command (`cli::run::`) and the budget bit-identity matrix (streamed
-/// trunk, packed trunk, expert cache, streamed tables; `stream::identity::`), which execute
+/// trunk, packed trunk, expert cache, streamed tables; `stream::identity::`) and the session
+/// (sampling, batches, state; `generate::`), which execute
 /// the `k3` binary through `K3_TEST_RUNNER`. Parsers, tokenizer and I/O tests do not touch the
 /// kernels and run natively only.
-const EMULATED_K3_TEST_FILTERS: &[&str] = &["model::", "cli::run::", "stream::identity::"];
+const EMULATED_K3_TEST_FILTERS: &[&str] =
+    &["model::", "cli::run::", "stream::identity::", "generate::"];
 
 /// The engine's one integration test crate (`[[test]]` in Cargo.toml, tests/engine/main.rs).
 const ENGINE_TEST: &str = "engine";
@@ -929,12 +931,14 @@ fn tiny_prompt(fixture: &Path) -> Result<(String, u64), String> {
     Ok((ids.join(","), gen))
 }
 
-/// One tiny-k3 run: `(logits_hash, generated_ids)` from its `--out` JSON.
+/// One tiny-k3 run with `args` (the prompt and generation flags): `(logits_hash,
+/// generated_ids)` from its `--out` JSON; a `--batch` run gives its standard output (one
+/// line per input, each with `logits_hash` and `generated_ids`) as the first.
 fn run_tiny(
     exe: &Path,
     runner: Runner,
     fixture: &Path,
-    prompt: &(String, u64),
+    args: &[String],
     isa: Isa,
     threads: usize,
     out_json: &Path,
@@ -948,8 +952,9 @@ fn run_tiny(
             c
         }
     };
+    let batch = args.iter().any(|a| a == "--batch");
     cmd.arg(fixture)
-        .args(["--ids", &prompt.0, "--gen", &prompt.1.to_string()])
+        .args(args)
         .args([
             "--isa",
             isa.name(),
@@ -969,6 +974,10 @@ fn run_tiny(
         let first = stderr.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
         return Err(format!("{shown}: exited with {}: {first}", out.status));
     }
+    if batch {
+        let lines = String::from_utf8_lossy(&out.stdout).to_string();
+        return Ok((serde_json::Value::String(lines), serde_json::Value::Null));
+    }
     let text = std::fs::read_to_string(out_json)
         .map_err(|e| format!("{shown}: {}: cannot read: {e}", out_json.display()))?;
     let v: serde_json::Value = serde_json::from_str(&text)
@@ -986,13 +995,68 @@ fn run_tiny(
     Ok((hash, ids))
 }
 
-/// Runs tiny-k3 on every path at [`MODEL_THREADS`] and requires one logits hash (and one
-/// generated sequence) across all runs.
+/// Runs tiny-k3 on every path at [`MODEL_THREADS`] — greedy, sampled (issue 12) and a
+/// `--batch` of three sequences with `--parallel 3` — and requires, per kind, one logits hash
+/// (and one generated sequence; for the batch one output) across all runs.
 fn model_check(opts: &Options, plans: &[PathPlan]) -> Result<String, String> {
     let fixture = opts.root.join("tests/fixtures/tiny-k3");
     let prompt = tiny_prompt(&fixture)?;
     let dir = opts.out.join("model");
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: cannot create: {e}", dir.display()))?;
+    let batch_file = dir.join("batch.jsonl");
+    let first: Vec<&str> = prompt.0.split(',').take(5).collect();
+    std::fs::write(
+        &batch_file,
+        format!(
+            "{{\"ids\": [{}], \"gen\": {}}}\n{{\"ids\": [{}], \"gen\": 6, \"temperature\": 0.8, \"seed\": 3}}\n{{\"ids\": [7], \"gen\": 9, \"temperature\": 1.1, \"top_k\": 50, \"seed\": 11}}\n",
+            prompt.0,
+            prompt.1,
+            first.join(",")
+        ),
+    )
+    .map_err(|e| format!("{}: cannot write: {e}", batch_file.display()))?;
+    let greedy: Vec<String> = ["--ids", &prompt.0, "--gen", &prompt.1.to_string()]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut sampled = greedy.clone();
+    sampled.extend(
+        [
+            "--temperature",
+            "0.8",
+            "--top-p",
+            "0.9",
+            "--min-p",
+            "0.01",
+            "--seed",
+            "7",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    let batch = vec![
+        "--batch".to_string(),
+        batch_file.display().to_string(),
+        "--parallel".to_string(),
+        "3".to_string(),
+    ];
+    let mut summaries = Vec::new();
+    for (kind, args) in [("greedy", greedy), ("sampled", sampled), ("batch", batch)] {
+        let s = model_kind(opts, plans, &fixture, &dir, kind, &args)?;
+        summaries.push(format!("{kind}: {s}"));
+    }
+    Ok(summaries.join("; "))
+}
+
+/// The model check of one kind of run (`args`) on every path and thread count.
+fn model_kind(
+    opts: &Options,
+    plans: &[PathPlan],
+    fixture: &Path,
+    dir: &Path,
+    kind: &str,
+    args: &[String],
+) -> Result<String, String> {
     let mut exes: Vec<(Runner, PathBuf)> = Vec::new();
     let mut results: Vec<(String, serde_json::Value, serde_json::Value)> = Vec::new();
     for plan in plans {
@@ -1005,10 +1069,10 @@ fn model_check(opts: &Options, plans: &[PathPlan]) -> Result<String, String> {
             }
         };
         for t in MODEL_THREADS {
-            let name = format!("{} t{t}", plan.label());
-            let out_json = dir.join(format!("{}-t{t}.json", plan.label()));
+            let name = format!("{kind} {} t{t}", plan.label());
+            let out_json = dir.join(format!("{kind}-{}-t{t}.json", plan.label()));
             println!("gates: model: {name}");
-            match run_tiny(&exe, plan.runner, &fixture, &prompt, plan.isa, t, &out_json) {
+            match run_tiny(&exe, plan.runner, fixture, args, plan.isa, t, &out_json) {
                 Ok((hash, ids)) => results.push((name, hash, ids)),
                 Err(e) => return Err(format!("{name}: {e}")),
             }

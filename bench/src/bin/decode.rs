@@ -18,11 +18,13 @@
 
 use k3::checkpoint::TensorIndex;
 use k3::config::Config;
+use k3::generate::sample::SamplerSettings;
+use k3::generate::session::{SequenceOptions, Session};
+use k3::generate::stop::StopRules;
 use k3::model::experts::{ExpertSource, ExpertStats, ExpertView};
-use k3::model::state::DecodeState;
-use k3::model::{self, Dims, Exec, LogitRows};
+use k3::model::{self, Dims, Exec};
 use k3_bench::membw;
-use k3_kernels::{Fnv1a64, Isa, Kernels};
+use k3_kernels::{Isa, Kernels};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -205,8 +207,8 @@ fn run(o: &Opts) -> k3::Result<()> {
     let t_load = Instant::now();
     let index = TensorIndex::open(&o.dir)?;
     let bound = model::bind_resident(&index, &cfg, layers, d.kt)?;
-    let (m, mut trunk, mut pread) = (bound.model, bound.trunk, bound.experts);
-    let mut experts = ResidentExperts::load(&mut pread, &d, layers)?;
+    let (m, trunk, mut pread) = (bound.model, bound.trunk, bound.experts);
+    let experts = ResidentExperts::load(&mut pread, &d, layers)?;
     drop(pread);
     let trunk_bytes: usize = trunk.bufs.iter().map(|b| b.len() * 2).sum();
     let head_bytes = d.v * d.h * 2;
@@ -220,46 +222,42 @@ fn run(o: &Opts) -> k3::Result<()> {
         xb as f64 / 1e6
     );
 
-    let mut state = DecodeState::new(&d, layers, o.ids.len() + o.gen);
-    let mut hash = Fnv1a64::new();
-    let t0 = Instant::now();
-    let mut logits = m.forward(
-        &ex,
-        &mut trunk,
-        &mut experts,
-        &mut state,
-        &o.ids,
-        LogitRows::Last,
+    // The decode goes through the engine's session (issue 12): greedy, no end ids, --gen ids.
+    let mut sess = Session::new(m, trunk, experts, ex, o.ids.len().max(1))?;
+    let rules = StopRules::new(
+        vec![],
+        vec![],
+        vec![],
+        o.gen as u64,
+        (o.ids.len() + o.gen) as u64,
+        d.v,
     )?;
+    let so = SequenceOptions {
+        settings: SamplerSettings::greedy(),
+        rules,
+        all_rows: false,
+    };
+    let mut seq = sess.sequence(&o.ids, o.ids.len() + o.gen, so)?;
+    let t0 = Instant::now();
+    sess.prefill(&mut seq, None, &mut |_| Ok(()))?;
     let prefill = t0.elapsed().as_secs_f64();
-    experts.take_used();
+    sess.experts.take_used();
     eprintln!("prefill: {} positions, {prefill:.3} s", o.ids.len());
     // (seconds, weight bytes, memory bandwidth measured right before, bytes/s)
     let mut steps: Vec<(f64, usize, f64)> = Vec::new();
-    let mut generated = Vec::new();
-    for step in 0..o.gen {
-        let tok = k3_kernels::argmax(&logits).expect("finite logits") as u32;
-        hash.update_f32(&logits);
-        generated.push(tok);
-        if step + 1 == o.gen {
-            break;
-        }
+    let mut step = 0;
+    while seq.active() {
         let bw_step = membw::measure(&bwbuf, o.threads, o.membw_reps).best_bytes_per_s;
-        let t = Instant::now();
-        logits = m.forward(
-            &ex,
-            &mut trunk,
-            &mut experts,
-            &mut state,
-            &[tok],
-            LogitRows::Last,
-        )?;
-        let s = t.elapsed().as_secs_f64();
-        let n_exp = experts.take_used();
+        let f = sess.step(&mut [&mut seq], &mut |_| Ok(()))?;
+        step += 1;
+        if !seq.active() {
+            break; // the last id was chosen: no forward ran
+        }
+        let s = f.seconds;
+        let n_exp = sess.experts.take_used();
         let bytes = trunk_bytes + head_bytes + n_exp * xb + d.h * 2;
         eprintln!(
-            "step {}: {s:.4} s, {n_exp} experts, {:.3} GB, {:.2} GB/s = {:.1}% of {:.2} GB/s measured before it",
-            step + 1,
+            "step {step}: {s:.4} s, {n_exp} experts, {:.3} GB, {:.2} GB/s = {:.1}% of {:.2} GB/s measured before it",
             bytes as f64 / 1e9,
             bytes as f64 / s / 1e9,
             100.0 * bytes as f64 / s / bw_step,
@@ -267,12 +265,13 @@ fn run(o: &Opts) -> k3::Result<()> {
         );
         steps.push((s, bytes, bw_step));
     }
-    drop(m);
-    drop(trunk);
-    drop(experts);
+    let generated = seq.generated().to_vec();
+    let hash_fin = seq.logits_hash();
+    let (isa_name, threads) = (sess.ex.isa().name(), sess.ex.threads());
+    drop(sess);
     let bw1 = membw::measure(&bwbuf, o.threads, o.membw_reps);
     let load_after = k3_bench::machine::loadavg();
-    let hash = hash.finish();
+    let hash = hash_fin;
     eprintln!(
         "membw after: {:.2} GB/s best; logits hash {hash:016x}; generated {:?}",
         bw1.best_bytes_per_s / 1e9,
@@ -297,8 +296,8 @@ fn run(o: &Opts) -> k3::Result<()> {
         s,
         "# git: {}; isa {}; threads {}; layers {layers}; loadavg before {load_before}, after {load_after}",
         k3::GIT_COMMIT,
-        ex.isa().name(),
-        ex.threads()
+        isa_name,
+        threads
     );
     let _ = writeln!(
         s,

@@ -22,10 +22,12 @@ pub(super) struct Inputs {
     pub(super) tok: Option<Tokenizer>,
     pub(super) ids: Vec<u32>,
     pub(super) end_ids: Vec<u32>,
-    /// Prompt ids + `--gen`.
+    /// `--ctx`, else prompt ids + `--gen`: the positions the sequence may reach.
     pub(super) positions: usize,
     /// The `--dump-cache-trace` writer, created before any work.
     pub(super) trace: Option<TraceWriter>,
+    /// The `--batch` inputs (empty without it).
+    pub(super) batch: super::batch::Entries,
 }
 
 /// Reads the config, opens the trace files and the tokenizer, and checks the prompt, the
@@ -73,7 +75,16 @@ pub(super) fn check_inputs(req: &Request, rep: &mut RunReport) -> Result<Inputs>
             ))
         })?;
     }
-    let ids = prompt_ids(&req.args, tok.as_ref())?;
+    let no_prompt = req
+        .args
+        .present(&["prompt", "prompt-file", "ids"])
+        .is_empty();
+    // --batch holds its prompts; after --load-state the new input is optional
+    let ids = if req.batch.is_some() || no_prompt {
+        Vec::new()
+    } else {
+        prompt_ids(&req.args, tok.as_ref())?
+    };
     rep.prompt_ids = ids.clone();
     // Input checks before any work (exit 2).
     for &id in &req.stop_ids {
@@ -104,7 +115,11 @@ pub(super) fn check_inputs(req: &Request, rep: &mut RunReport) -> Result<Inputs>
             req.gen
         ))
     })?;
-    if let Some(maxp) = cfg.max_position_embeddings {
+    if let Some(ctx) = req.ctx {
+        check_ctx(req, ctx, ids.len(), cfg.max_position_embeddings)?;
+    }
+    let positions = req.ctx.unwrap_or(positions);
+    if let (None, Some(maxp)) = (req.ctx, cfg.max_position_embeddings) {
         if positions as u64 > maxp {
             return Err(Error::invalid(format!(
                 "prompt ({} ids) + --gen {} = {positions} positions exceeds max_position_embeddings {maxp} of {}",
@@ -127,6 +142,21 @@ pub(super) fn check_inputs(req: &Request, rep: &mut RunReport) -> Result<Inputs>
             }
         }
     }
+    let (batch, positions) = match &req.batch {
+        Some(path) => {
+            let b = super::batch::entries(
+                req,
+                path,
+                tok.as_ref(),
+                &end_ids,
+                d.v,
+                cfg.max_position_embeddings,
+            )?;
+            let most = b.iter().flatten().map(|it| it.capacity).max().unwrap_or(1);
+            (b, most)
+        }
+        None => (Vec::new(), positions),
+    };
     Ok(Inputs {
         cfg,
         d,
@@ -136,7 +166,28 @@ pub(super) fn check_inputs(req: &Request, rep: &mut RunReport) -> Result<Inputs>
         end_ids,
         positions,
         trace,
+        batch,
     })
+}
+
+/// `--ctx N` against the prompt (at least its length) and the config's
+/// `max_position_embeddings` (at most; ENGINE.md §3). Errors: exit 2 naming the flag.
+fn check_ctx(req: &Request, ctx: usize, prompt: usize, maxp: Option<u64>) -> Result<()> {
+    if ctx < prompt.max(1) {
+        return Err(Error::invalid(format!(
+            "flag `--ctx {ctx}`: the prompt has {prompt} ids, more than the context; give --ctx {} or more",
+            prompt.max(1)
+        )));
+    }
+    if let Some(m) = maxp {
+        if ctx as u64 > m {
+            return Err(Error::invalid(format!(
+                "flag `--ctx {ctx}`: above max_position_embeddings {m} of {}; give --ctx {m} or less",
+                req.config.display()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The compute path: `--isa` / `--threads` win over K3_ISA / K3_THREADS (ENGINE.md §3).

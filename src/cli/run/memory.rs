@@ -1,0 +1,136 @@
+//! The memory plan of a run (ENGINE.md §4): the model's sizes for the planner — with
+//! `--parallel N` every sequence's KDA state and MLA cache and a step's N rows —, the plan
+//! shown and put in the report, and the refusal of a `--parallel` that does not fit.
+
+use super::{Inputs, Request};
+use crate::bind::streamed::Prepared;
+use crate::checkpoint::TensorIndex;
+use crate::cli::args::Args;
+use crate::cli::tokenize::tokenizer_dir;
+use crate::error::{Error, Result};
+use crate::model::Exec;
+use crate::plan::{plan_run, ModelSizes, RunPlan, RunShape};
+use crate::report::RunReport;
+use std::path::{Path, PathBuf};
+
+/// What the plan of a run is computed from.
+pub(super) struct PlanInputs<'a> {
+    pub(super) req: &'a Request,
+    pub(super) inp: &'a Inputs,
+    pub(super) index: &'a TensorIndex,
+    pub(super) prep: &'a Prepared,
+    pub(super) ex: &'a Exec,
+    /// Every prompt row's logits are kept (`--dump-logits`, `--gen 0`).
+    pub(super) want_all: bool,
+}
+
+/// The memory plan of the run (ENGINE.md §4), shown and put in the report; exit 3 (with the
+/// smallest plan in the report) when it does not fit.
+pub(super) fn plan_memory(c: &PlanInputs<'_>, rep: &mut RunReport) -> Result<RunPlan> {
+    let req = c.req;
+    let say = |s: &str| {
+        if !req.quiet {
+            crate::sayln!("{s}");
+        }
+    };
+    let sizes_for = |par: usize| model_sizes(c, par);
+    let sizes = sizes_for(req.parallel);
+    let available = crate::io::sys::memory_available().available();
+    let rp = match plan_run(&sizes, &req.budget, available) {
+        Ok(p) => p,
+        Err(e) => {
+            // The report still carries the figures: the smallest plan of this model.
+            rep.plan = Some(crate::plan::minimum_plan(&sizes, available));
+            return Err(parallel_shortfall(&sizes_for, req, available, e));
+        }
+    };
+    let plan = rp.memory.clone();
+    say(&format!(
+        "{}\n  budget: {}{}{}",
+        plan.lines(),
+        rp.budget_name,
+        rp.budget
+            .map(|b| format!(" {}", crate::plan::gb(b)))
+            .unwrap_or_default(),
+        rp.notes
+            .iter()
+            .map(|n| format!("; {n}"))
+            .collect::<String>()
+    ));
+    rep.plan = Some(plan.clone());
+    rep.budget_name = rp.budget_name.clone();
+    rep.budget = rp.budget;
+    plan.check()?;
+    Ok(rp)
+}
+
+/// The sizes the planner needs for `par` sequences decoding together (each with its KDA
+/// state and MLA cache for the positions; a step's forward over `par` rows).
+fn model_sizes(c: &PlanInputs<'_>, par: usize) -> ModelSizes {
+    let (req, inp, prep) = (c.req, c.inp, c.prep);
+    ModelSizes::for_run(
+        &inp.d,
+        RunShape {
+            layers: inp.layers,
+            layer_runs: prep.layouts.iter().map(|l| l.bytes).collect(),
+            embed: prep.tables.embed.len,
+            lm_head: prep.tables.lm_head.as_ref().map(|m| m.len).unwrap_or(0),
+            positions: inp.positions,
+            chunk: req.chunk,
+            all_logits: c.want_all,
+            threads: c.ex.threads(),
+            sequences: par,
+            tokenizer: tokenizer_bytes(&req.args, &req.model_dir),
+            tensor_index: c.index.heap_bytes() as u64,
+        },
+    )
+}
+
+/// A `--parallel N` plan that does not fit: the error says so with the largest N that fits
+/// (the sequences' KDA state and MLA cache scale with N; exit 3).
+fn parallel_shortfall(
+    sizes_for: &dyn Fn(usize) -> ModelSizes,
+    req: &Request,
+    available: Option<u64>,
+    e: Error,
+) -> Error {
+    let par = req.parallel;
+    if par <= 1 || e.exit_code() != 3 {
+        return e;
+    }
+    // the largest fitting N, by bisection (fitting is monotone in N)
+    let fit = |n: usize| plan_run(&sizes_for(n), &req.budget, available).is_ok();
+    let fits = if !fit(1) {
+        None
+    } else {
+        let (mut lo, mut hi) = (1usize, par);
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if fit(mid) {
+                lo = mid
+            } else {
+                hi = mid
+            }
+        }
+        Some(lo)
+    };
+    Error::resources(format!(
+        "flag `--parallel {par}`: {}; {}",
+        e.message,
+        match fits {
+            Some(n) => format!("the largest --parallel that fits is {n}"),
+            None => "not even --parallel 1 fits".to_string(),
+        }
+    ))
+}
+
+/// Bytes the tokenizer tables take in memory (estimate: twice the rank file).
+fn tokenizer_bytes(args: &Args, model_dir: &Path) -> u64 {
+    let dir = tokenizer_dir(
+        args.value_os("tok").map(PathBuf::from).as_deref(),
+        model_dir,
+    );
+    dir.and_then(|d| std::fs::metadata(d.join(crate::tokenizer::TIKTOKEN_FILE)).ok())
+        .map(|m| 2 * m.len())
+        .unwrap_or(0)
+}
