@@ -18,7 +18,7 @@ fn main_job(extra: &[&str]) -> (String, String) {
     args.extend_from_slice(extra);
     let o = support::run_k3(&args);
     assert!(o.status.success(), "{}", stderr(&o));
-    (String::from_utf8(o.stdout).unwrap(), stderr(&o))
+    (String::from_utf8_lossy(&o.stdout).into_owned(), stderr(&o))
 }
 
 #[test]
@@ -69,7 +69,7 @@ fn inspect_the_plan_and_pack_trunk_print_the_same_trunk_size() {
     let m = model.to_str().unwrap();
     let o = support::run_k3(["inspect", m]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let inspect = String::from_utf8(o.stdout).unwrap() + &stderr(&o);
+    let inspect = String::from_utf8_lossy(&o.stdout).into_owned() + &stderr(&o);
     let (_, run) = main_job(&[]);
     let dir = scratch_dir("report_trunk_size");
     let _ = std::fs::remove_dir_all(&dir);
