@@ -328,7 +328,11 @@ impl RunReport {
             },
             tr.ring_slots,
             gb(tr.slot_bytes),
-            if tr.direct_io { "O_DIRECT" } else { "buffered + DONTNEED" },
+            if tr.direct_io {
+                "O_DIRECT"
+            } else {
+                "buffered + DONTNEED"
+            },
             percent(self.deterministic_hit_rate()),
             tr.reason
         )

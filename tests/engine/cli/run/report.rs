@@ -30,8 +30,18 @@ fn default_report_fits_in_twelve_lines_and_verbose_adds_the_steps() {
         "{} report lines + the text:\n{err}",
         lines.len()
     );
-    for start in ["model: ", "memory plan: ", "trunk: ", "summary: ", "logits hash: ", "peak RSS: "] {
-        assert!(lines.iter().any(|l| l.starts_with(start)), "no `{start}` line:\n{err}");
+    for start in [
+        "model: ",
+        "memory plan: ",
+        "trunk: ",
+        "summary: ",
+        "logits hash: ",
+        "peak RSS: ",
+    ] {
+        assert!(
+            lines.iter().any(|l| l.starts_with(start)),
+            "no `{start}` line:\n{err}"
+        );
     }
     assert!(!lines.iter().any(|l| l.starts_with("step ")), "{err}");
     // no line repeats another
@@ -39,8 +49,14 @@ fn default_report_fits_in_twelve_lines_and_verbose_adds_the_steps() {
     for l in &lines {
         assert!(seen.insert(*l), "repeated line {l:?}");
     }
-    assert!(err.contains("5 prompt tokens + 16 generated tokens"), "{err}");
-    assert!(err.contains("(16 vectors)") && err.contains("read per token"), "{err}");
+    assert!(
+        err.contains("5 prompt tokens + 16 generated tokens"),
+        "{err}"
+    );
+    assert!(
+        err.contains("(16 vectors)") && err.contains("read per token"),
+        "{err}"
+    );
     assert!(err.contains("true resident hit rate"), "{err}");
 
     let (vout, verr) = main_job(&["--verbose"]);
@@ -48,8 +64,15 @@ fn default_report_fits_in_twelve_lines_and_verbose_adds_the_steps() {
     let steps: Vec<&str> = verr.lines().filter(|l| l.starts_with("step ")).collect();
     assert_eq!(steps.len(), 16, "{verr}");
     assert!(steps[0].starts_with("step    1: token "), "{verr}");
-    assert!(verr.contains("prefill: 5 positions in 1 chunk of up to 64"), "{verr}");
-    let hash = |e: &str| e.lines().find(|l| l.starts_with("logits hash: ")).map(String::from);
+    assert!(
+        verr.contains("prefill: 5 positions in 1 chunk of up to 64"),
+        "{verr}"
+    );
+    let hash = |e: &str| {
+        e.lines()
+            .find(|l| l.starts_with("logits hash: "))
+            .map(String::from)
+    };
     assert_eq!(hash(&verr), hash(&err));
 
     let (qout, qerr) = main_job(&["--quiet"]);
@@ -58,7 +81,9 @@ fn default_report_fits_in_twelve_lines_and_verbose_adds_the_steps() {
 
 /// The `trunk weights <size> (<n> layers)` phrase of `line`.
 fn trunk_size(line: &str) -> &str {
-    let i = line.find("trunk weights ").unwrap_or_else(|| panic!("no trunk size in {line:?}"));
+    let i = line
+        .find("trunk weights ")
+        .unwrap_or_else(|| panic!("no trunk size in {line:?}"));
     let j = i + line[i..].find(')').unwrap();
     &line[i..=j]
 }
