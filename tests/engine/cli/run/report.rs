@@ -109,3 +109,42 @@ fn inspect_the_plan_and_pack_trunk_print_the_same_trunk_size() {
     assert_eq!(sizes[1], sizes[0], "{run}");
     assert_eq!(sizes[2], sizes[0], "{pack}");
 }
+
+/// Standard output and standard error in one file (`> log 2>&1`): the generated text is one
+/// whole line and the report (step lines included) starts on its own line after it; before the
+/// fix the step lines were held back only on a terminal and broke into the text.
+#[test]
+fn one_file_for_both_streams_keeps_the_text_on_its_own_line() {
+    let dir = scratch_dir("report_same_file");
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("log");
+    let f = std::fs::File::create(&log).unwrap();
+    let model = fixture("tiny-k3-text");
+    let status = support::k3()
+        .arg(&model)
+        .args([
+            "--prompt",
+            "The capital of France is",
+            "--gen",
+            "16",
+            "--verbose",
+        ])
+        .stdout(f.try_clone().unwrap())
+        .stderr(f)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    let (alone, _) = main_job(&[]);
+    let i = text
+        .lines()
+        .position(|l| format!("{l}\n") == alone)
+        .unwrap_or_else(|| panic!("the text {alone:?} is not a line of its own:\n{text}"));
+    let after: Vec<&str> = text.lines().skip(i + 1).collect();
+    assert_eq!(
+        after.iter().filter(|l| l.starts_with("step ")).count(),
+        16,
+        "{text}"
+    );
+    assert!(after.iter().any(|l| l.starts_with("summary: ")), "{text}");
+}
