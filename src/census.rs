@@ -222,6 +222,216 @@ fn check_required<'i>(
     ok.then_some(info)
 }
 
+/// Step 1 of the census: classifies every present tensor, pushing the misplaced ones (a head
+/// stored although tied, a layer or expert that does not exist, a name outside the MODEL.md §4
+/// catalogue). Returns the class counts, the ignored bytes and the total bytes.
+fn classify_present(
+    cfg: &Config,
+    index: &TensorIndex,
+    suffixes: &[Vec<SuffixSpec>],
+    c: &mut Collector,
+) -> (ClassCounts, u64, u64) {
+    let nl = cfg.num_hidden_layers;
+    let mut counts = ClassCounts::default();
+    let mut ignored_bytes = 0u64;
+    let mut total_bytes = 0u64;
+    index.for_each(|_, name, info| {
+        total_bytes += info.nbytes;
+        let shard = &index.shards()[info.shard].file_name;
+        match classify(name) {
+            TensorClass::Ignored => {
+                counts.ignored += 1;
+                ignored_bytes += info.nbytes;
+            }
+            TensorClass::Model(m) => {
+                counts.model += 1;
+                if m == ModelTensor::LmHead && cfg.tie_word_embeddings {
+                    c.push(format!(
+                        "{name} (in {shard}): stored although tie_word_embeddings is true (the head is embed_tokens; MODEL.md §4)"
+                    ));
+                }
+            }
+            TensorClass::Layer { layer, suffix } => {
+                counts.trunk += 1;
+                if layer >= nl {
+                    c.push(format!(
+                        "{name} (in {shard}): layer {layer} does not exist (num_hidden_layers = {nl})"
+                    ));
+                } else if !suffixes[layer].iter().any(|s| s.suffix == suffix) {
+                    c.push(format!(
+                        "{name} (in {shard}): not in the MODEL.md §4 catalogue for layer {layer} ({}, {})",
+                        kind_name(cfg.attn_kind(layer)),
+                        if cfg.is_dense(layer) { "dense FFN" } else { "MoE" }
+                    ));
+                }
+            }
+            TensorClass::Expert { layer, expert, .. } => {
+                counts.expert += 1;
+                if layer >= nl {
+                    c.push(format!(
+                        "{name} (in {shard}): layer {layer} does not exist (num_hidden_layers = {nl})"
+                    ));
+                } else if cfg.is_dense(layer) {
+                    c.push(format!(
+                        "{name} (in {shard}): layer {layer} has a dense FFN (first_k_dense_replace = {}) and no routed experts",
+                        cfg.first_k_dense_replace
+                    ));
+                } else if expert >= cfg.num_experts {
+                    c.push(format!(
+                        "{name} (in {shard}): expert {expert} does not exist (num_experts = {})",
+                        cfg.num_experts
+                    ));
+                }
+            }
+            TensorClass::Unknown => {
+                counts.unknown += 1;
+                let hint = if name.contains(".block_sparse_moe.experts.") {
+                    " (routed experts must be MXFP4: w1/w2/w3 .weight_packed + .weight_scale; FORMATS.md §5)"
+                } else {
+                    ""
+                };
+                if name.starts_with(LANGUAGE_MODEL_PREFIX) {
+                    c.push(format!(
+                        "{name} (in {shard}): not in the MODEL.md §4 catalogue{hint}"
+                    ));
+                } else {
+                    c.push(format!(
+                        "{name} (in {shard}): outside language_model., vision_tower. and mm_projector. (MODEL.md §4)"
+                    ));
+                }
+            }
+        }
+    });
+    (counts, ignored_bytes, total_bytes)
+}
+
+/// Step 3 of the census for layer `l`: checks its required trunk tensors (`specs`), marks
+/// their shards bound and says whether they form one gap-free run in one shard (FORMATS.md §4).
+fn layer_ledger(
+    cfg: &Config,
+    index: &TensorIndex,
+    c: &mut Collector,
+    bound: &mut [bool],
+    l: usize,
+    specs: &[SuffixSpec],
+) -> LayerLedger {
+    // (shard, offset, bytes, name, position in `specs`)
+    let mut run: Vec<(usize, u64, u64, String, usize)> = Vec::new();
+    let mut present = 0usize;
+    let mut bytes = 0u64;
+    for (k, s) in specs.iter().enumerate() {
+        let name = layer_tensor_name(l, s.suffix);
+        if let Some(info) = check_required(index, c, &name, &s.shape, s.dtype, "") {
+            present += 1;
+            bytes += info.nbytes;
+            bound[info.shard] = true;
+            run.push((info.shard, info.offset, info.nbytes, name, k));
+        }
+    }
+    // Unstable with the position as the last key: the stable order, without a stable sort's
+    // code in the binary (so are the other sorts of the engine).
+    run.sort_unstable_by_key(|r| (r.0, r.1, r.4));
+    let one_shard = run
+        .first()
+        .map(|f| f.0)
+        .filter(|&s| run.iter().all(|r| r.0 == s));
+    let mut break_reason = None;
+    if present < specs.len() {
+        break_reason = Some(format!(
+            "{} of {} trunk tensors present",
+            present,
+            specs.len()
+        ));
+    } else if one_shard.is_none() {
+        let mut shards: Vec<&str> = run
+            .iter()
+            .map(|r| index.shards()[r.0].file_name.as_str())
+            .collect();
+        shards.dedup();
+        break_reason = Some(format!("trunk split across shards {}", shards.join(", ")));
+    } else {
+        for w in run.windows(2) {
+            let end = w[0].1 + w[0].2;
+            if w[1].1 != end {
+                break_reason = Some(format!(
+                    "gap of {} bytes between {} (ends at byte {end}) and {} (begins at byte {})",
+                    w[1].1 as i128 - end as i128,
+                    w[0].3,
+                    w[1].3,
+                    w[1].1
+                ));
+                break;
+            }
+        }
+    }
+    let contiguous = break_reason.is_none();
+    LayerLedger {
+        layer: l,
+        kind: cfg.attn_kind(l),
+        dense: cfg.is_dense(l),
+        required: specs.len(),
+        present,
+        bytes,
+        shard: one_shard,
+        run_start: one_shard.and(run.first().map(|r| r.1)),
+        contiguous,
+        break_reason,
+    }
+}
+
+/// Step 4 of the census: checks the six MXFP4 tensors of every routed expert (FORMATS.md §5),
+/// marks their shards bound and counts the present and contiguous experts.
+fn expert_ledger(
+    cfg: &Config,
+    index: &TensorIndex,
+    c: &mut Collector,
+    bound: &mut [bool],
+) -> ExpertLedger {
+    let nl = cfg.num_hidden_layers;
+    let mut ex = ExpertLedger {
+        bytes_per_expert: catalogue::expert_bytes(cfg),
+        required: cfg.derived.n_moe as u64 * cfg.num_experts as u64,
+        ..ExpertLedger::default()
+    };
+    let shapes = EXPERT_ORDER.map(|(m, p)| catalogue::expert_shape(cfg, m, p));
+    'layers: for l in (0..nl).filter(|&l| cfg.is_moe(l)) {
+        for e in 0..cfg.num_experts {
+            if c.full() {
+                break 'layers;
+            }
+            let mut infos: [Option<TensorInfo<'_>>; 6] = [None; 6];
+            for (k, &(m, p)) in EXPERT_ORDER.iter().enumerate() {
+                let name = expert_tensor_name(l, e, m, p);
+                infos[k] = check_required(
+                    index,
+                    c,
+                    &name,
+                    &shapes[k],
+                    crate::safetensors::Dtype::U8,
+                    " (a routed expert in another encoding is refused; experts are MXFP4, FORMATS.md §5)",
+                );
+            }
+            if infos.iter().all(Option::is_some) {
+                let infos = infos.map(|i| i.expect("checked above"));
+                ex.present += 1;
+                ex.bytes += infos.iter().map(|i| i.nbytes).sum::<u64>();
+                for i in &infos {
+                    bound[i.shard] = true;
+                }
+                let contiguous = infos
+                    .windows(2)
+                    .all(|w| w[1].shard == w[0].shard && w[1].offset == w[0].end());
+                if contiguous {
+                    ex.contiguous += 1;
+                } else if ex.non_contiguous_examples.len() < MAX_LISTED_EXPERTS {
+                    ex.non_contiguous_examples.push((l, e));
+                }
+            }
+        }
+    }
+    ex
+}
+
 impl Census {
     /// Runs the census of `index` against `cfg`. Never fails; see [`Census::check`].
     pub fn run(cfg: &Config, index: &TensorIndex) -> Census {
@@ -231,81 +441,12 @@ impl Census {
             truncated: false,
             absent: Vec::new(),
         };
-        let mut counts = ClassCounts::default();
         let mut bound = vec![false; index.shards().len()];
         let suffixes: Vec<Vec<SuffixSpec>> =
             (0..nl).map(|l| catalogue::layer_suffixes(cfg, l)).collect();
 
         // 1. Classify every present tensor.
-        let mut ignored_bytes = 0u64;
-        let mut total_bytes = 0u64;
-        index.for_each(|_, name, info| {
-            total_bytes += info.nbytes;
-            let shard = &index.shards()[info.shard].file_name;
-            match classify(name) {
-                TensorClass::Ignored => {
-                    counts.ignored += 1;
-                    ignored_bytes += info.nbytes;
-                }
-                TensorClass::Model(m) => {
-                    counts.model += 1;
-                    if m == ModelTensor::LmHead && cfg.tie_word_embeddings {
-                        c.push(format!(
-                            "{name} (in {shard}): stored although tie_word_embeddings is true (the head is embed_tokens; MODEL.md §4)"
-                        ));
-                    }
-                }
-                TensorClass::Layer { layer, suffix } => {
-                    counts.trunk += 1;
-                    if layer >= nl {
-                        c.push(format!(
-                            "{name} (in {shard}): layer {layer} does not exist (num_hidden_layers = {nl})"
-                        ));
-                    } else if !suffixes[layer].iter().any(|s| s.suffix == suffix) {
-                        c.push(format!(
-                            "{name} (in {shard}): not in the MODEL.md §4 catalogue for layer {layer} ({}, {})",
-                            kind_name(cfg.attn_kind(layer)),
-                            if cfg.is_dense(layer) { "dense FFN" } else { "MoE" }
-                        ));
-                    }
-                }
-                TensorClass::Expert { layer, expert, .. } => {
-                    counts.expert += 1;
-                    if layer >= nl {
-                        c.push(format!(
-                            "{name} (in {shard}): layer {layer} does not exist (num_hidden_layers = {nl})"
-                        ));
-                    } else if cfg.is_dense(layer) {
-                        c.push(format!(
-                            "{name} (in {shard}): layer {layer} has a dense FFN (first_k_dense_replace = {}) and no routed experts",
-                            cfg.first_k_dense_replace
-                        ));
-                    } else if expert >= cfg.num_experts {
-                        c.push(format!(
-                            "{name} (in {shard}): expert {expert} does not exist (num_experts = {})",
-                            cfg.num_experts
-                        ));
-                    }
-                }
-                TensorClass::Unknown => {
-                    counts.unknown += 1;
-                    let hint = if name.contains(".block_sparse_moe.experts.") {
-                        " (routed experts must be MXFP4: w1/w2/w3 .weight_packed + .weight_scale; FORMATS.md §5)"
-                    } else {
-                        ""
-                    };
-                    if name.starts_with(LANGUAGE_MODEL_PREFIX) {
-                        c.push(format!(
-                            "{name} (in {shard}): not in the MODEL.md §4 catalogue{hint}"
-                        ));
-                    } else {
-                        c.push(format!(
-                            "{name} (in {shard}): outside language_model., vision_tower. and mm_projector. (MODEL.md §4)"
-                        ));
-                    }
-                }
-            }
-        });
+        let (counts, ignored_bytes, total_bytes) = classify_present(cfg, index, &suffixes, &mut c);
 
         // 2. Model level.
         let mut model_table_bytes = 0u64;
@@ -322,118 +463,20 @@ impl Census {
         let mut layers = Vec::with_capacity(nl);
         let mut trunk_bytes = 0u64;
         let mut largest_run: Option<(usize, u64)> = None;
-        let mut run: Vec<(usize, u64, u64, String)> = Vec::new();
         for (l, specs) in suffixes.iter().enumerate() {
             if c.full() {
                 break;
             }
-            run.clear();
-            let mut present = 0usize;
-            let mut bytes = 0u64;
-            for s in specs {
-                let name = layer_tensor_name(l, s.suffix);
-                if let Some(info) = check_required(index, &mut c, &name, &s.shape, s.dtype, "") {
-                    present += 1;
-                    bytes += info.nbytes;
-                    bound[info.shard] = true;
-                    run.push((info.shard, info.offset, info.nbytes, name));
-                }
+            let ledger = layer_ledger(cfg, index, &mut c, &mut bound, l, specs);
+            trunk_bytes += ledger.bytes;
+            if largest_run.is_none_or(|(_, b)| ledger.bytes > b) {
+                largest_run = Some((l, ledger.bytes));
             }
-            run.sort_by_key(|r| (r.0, r.1));
-            let one_shard = run
-                .first()
-                .map(|f| f.0)
-                .filter(|&s| run.iter().all(|r| r.0 == s));
-            let mut break_reason = None;
-            if present < specs.len() {
-                break_reason = Some(format!(
-                    "{} of {} trunk tensors present",
-                    present,
-                    specs.len()
-                ));
-            } else if one_shard.is_none() {
-                let mut shards: Vec<&str> = run
-                    .iter()
-                    .map(|r| index.shards()[r.0].file_name.as_str())
-                    .collect();
-                shards.dedup();
-                break_reason = Some(format!("trunk split across shards {}", shards.join(", ")));
-            } else {
-                for w in run.windows(2) {
-                    let end = w[0].1 + w[0].2;
-                    if w[1].1 != end {
-                        break_reason = Some(format!(
-                            "gap of {} bytes between {} (ends at byte {end}) and {} (begins at byte {})",
-                            w[1].1 as i128 - end as i128,
-                            w[0].3,
-                            w[1].3,
-                            w[1].1
-                        ));
-                        break;
-                    }
-                }
-            }
-            let contiguous = break_reason.is_none();
-            trunk_bytes += bytes;
-            if largest_run.is_none_or(|(_, b)| bytes > b) {
-                largest_run = Some((l, bytes));
-            }
-            layers.push(LayerLedger {
-                layer: l,
-                kind: cfg.attn_kind(l),
-                dense: cfg.is_dense(l),
-                required: specs.len(),
-                present,
-                bytes,
-                shard: one_shard,
-                run_start: one_shard.and(run.first().map(|r| r.1)),
-                contiguous,
-                break_reason,
-            });
+            layers.push(ledger);
         }
 
         // 4. Routed experts.
-        let mut ex = ExpertLedger {
-            bytes_per_expert: catalogue::expert_bytes(cfg),
-            required: cfg.derived.n_moe as u64 * cfg.num_experts as u64,
-            ..ExpertLedger::default()
-        };
-        let shapes = EXPERT_ORDER.map(|(m, p)| catalogue::expert_shape(cfg, m, p));
-        'layers: for l in (0..nl).filter(|&l| cfg.is_moe(l)) {
-            for e in 0..cfg.num_experts {
-                if c.full() {
-                    break 'layers;
-                }
-                let mut infos: [Option<TensorInfo<'_>>; 6] = [None; 6];
-                for (k, &(m, p)) in EXPERT_ORDER.iter().enumerate() {
-                    let name = expert_tensor_name(l, e, m, p);
-                    infos[k] = check_required(
-                        index,
-                        &mut c,
-                        &name,
-                        &shapes[k],
-                        crate::safetensors::Dtype::U8,
-                        " (a routed expert in another encoding is refused; experts are MXFP4, FORMATS.md §5)",
-                    );
-                }
-                if infos.iter().all(Option::is_some) {
-                    let infos = infos.map(|i| i.expect("checked above"));
-                    ex.present += 1;
-                    ex.bytes += infos.iter().map(|i| i.nbytes).sum::<u64>();
-                    for i in &infos {
-                        bound[i.shard] = true;
-                    }
-                    let contiguous = infos
-                        .windows(2)
-                        .all(|w| w[1].shard == w[0].shard && w[1].offset == w[0].end());
-                    if contiguous {
-                        ex.contiguous += 1;
-                    } else if ex.non_contiguous_examples.len() < MAX_LISTED_EXPERTS {
-                        ex.non_contiguous_examples.push((l, e));
-                    }
-                }
-            }
-        }
+        let experts = expert_ledger(cfg, index, &mut c, &mut bound);
 
         let (problems, truncated) = c.finish();
         Census {
@@ -445,7 +488,7 @@ impl Census {
                 trunk_bytes,
                 largest_run,
                 model_table_bytes,
-                experts: ex,
+                experts,
                 ignored_bytes,
                 total_bytes,
             },

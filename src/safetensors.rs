@@ -14,10 +14,11 @@ use crate::error::{Error, Result};
 use crate::json::{JsonError, Kind, Scanner};
 use k3_kernels::fnv1a64;
 use std::borrow::Cow;
-use std::collections::HashSet;
 use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::path::Path;
+
+mod check;
 
 /// A fast multiplicative hasher for index-time maps and sets (8 bytes per step, every byte
 /// mixed). Not DoS-resistant, which is fine for a local file read once.
@@ -393,115 +394,11 @@ pub fn parse_header<'a>(file: &str, header: &'a [u8], file_size: u64) -> Result<
     sc.finish().map_err(|e| json_err(file, e))?;
 
     // Duplicate names (decoded), reported at the second occurrence.
-    {
-        let mut seen: HashSet<&str, FastBuildHasher> =
-            HashSet::with_capacity_and_hasher(tensors.len(), FastBuildHasher::default());
-        for t in &tensors {
-            if !seen.insert(&t.name) {
-                return Err(Error::invalid(format!(
-                    "{file}: byte {}: duplicate tensor name \"{}\"",
-                    at(t.key_offset),
-                    t.name
-                )));
-            }
-        }
-    }
-
+    check::unique_names(file, &tensors)?;
     // Sizes (§2.4 rule 3).
-    for t in &tensors {
-        let s = t.dims_start as usize;
-        let shape = &dims[s..s + t.ndim as usize];
-        let want = product_bytes(shape, t.dtype).ok_or_else(|| {
-            Error::invalid(format!(
-                "{file}: byte {}: tensor \"{}\": shape {} × {} overflows 64 bits",
-                at(t.key_offset),
-                t.name,
-                shape_str(shape),
-                t.dtype
-            ))
-        })?;
-        let have = t.end - t.begin;
-        if have != want {
-            return Err(Error::invalid(format!(
-                "{file}: byte {}: tensor \"{}\": data_offsets [{}, {}] hold {have} bytes but shape {} × {} ({} bytes/element) needs {want}",
-                at(t.key_offset),
-                t.name,
-                t.begin,
-                t.end,
-                shape_str(shape),
-                t.dtype,
-                t.dtype.size()
-            )));
-        }
-    }
-
-    // Exact tiling of the data section (§2.4 rule 4). Out-of-range offsets are reported first:
-    // they are the cause, the hole or overlap they leave is a symptom.
-    let abs = |rel: u64| 8 + n + rel;
-    for t in &tensors {
-        if t.begin > data_len || t.end > data_len {
-            return Err(Error::invalid(format!(
-                "{file}: byte {}: tensor \"{}\": data_offsets [{}, {}] run past the end of the {data_len}-byte data section (file byte {} > file size {file_size}; truncated?)",
-                at(t.key_offset),
-                t.name,
-                t.begin,
-                t.end,
-                abs(t.end)
-            )));
-        }
-    }
-    tensors.sort_by_key(|t| (t.begin, t.end));
-    let mut cursor: u64 = 0;
-    let mut prev: Option<&RawTensor<'_>> = None;
-    for t in &tensors {
-        if t.begin < cursor {
-            let p = prev.expect("cursor > 0 implies a previous tensor");
-            return Err(Error::invalid(format!(
-                "{file}: byte {}: tensor \"{}\" (data_offsets [{}, {}]) overlaps tensor \"{}\" (data_offsets [{}, {}]) at file byte {}",
-                at(t.key_offset),
-                t.name,
-                t.begin,
-                t.end,
-                p.name,
-                p.begin,
-                p.end,
-                abs(t.begin)
-            )));
-        }
-        if t.begin > cursor {
-            let msg = match prev {
-                None => format!(
-                    "the data section starts with a hole of {} bytes before tensor \"{}\" (data_offsets [{}, {}])",
-                    t.begin, t.name, t.begin, t.end
-                ),
-                Some(p) => format!(
-                    "hole of {} bytes in the data section between tensor \"{}\" (ends at {}) and tensor \"{}\" (begins at {})",
-                    t.begin - cursor,
-                    p.name,
-                    p.end,
-                    t.name,
-                    t.begin
-                ),
-            };
-            return Err(Error::invalid(format!(
-                "{file}: file byte {}: {msg} (FORMATS.md §2.4: holes are refused as corruption)",
-                abs(cursor)
-            )));
-        }
-        cursor = t.end;
-        prev = Some(t);
-    }
-    if cursor != data_len {
-        let after = match prev {
-            Some(p) => format!("the last tensor \"{}\" (ends at {cursor})", p.name),
-            None => "an empty header".to_string(),
-        };
-        return Err(Error::invalid(format!(
-            "{file}: file byte {}: {} trailing bytes after {after}: the data section is {data_len} bytes (FORMATS.md §2.4)",
-            abs(cursor),
-            data_len - cursor
-        )));
-    }
+    check::sizes(file, &tensors, &dims)?;
+    // Exact tiling of the data section (§2.4 rule 4).
+    check::tiling(file, &mut tensors, n, file_size, data_len)?;
 
     Ok(ShardHeader {
         header_len: n,

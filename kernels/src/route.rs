@@ -32,7 +32,7 @@ pub fn moe_select(scores: &[f32], bias: &[f32], k: usize) -> Result<Vec<usize>, 
         keyed.push((key, e));
     }
     // Total order: key descending (no NaN left; −0 and +0 compare equal), then index.
-    keyed.sort_by(|a, b| b.0.partial_cmp(&a.0).expect("no NaN").then(a.1.cmp(&b.1)));
+    keyed.sort_unstable_by(|a, b| b.0.partial_cmp(&a.0).expect("no NaN").then(a.1.cmp(&b.1)));
     Ok(keyed[..k].iter().map(|&(_, e)| e).collect())
 }
 

@@ -332,7 +332,8 @@ fn ordered(messages: &[Message]) -> Vec<(usize, &Message, Option<&str>)> {
             .collect();
         match run {
             Some(mut run) => {
-                run.sort();
+                // Distinct pairs: unstable is the same order.
+                run.sort_unstable();
                 out.extend(
                     run.into_iter()
                         .map(|(p, k)| (k, &messages[k], Some(calls[p].name.as_str()))),

@@ -88,7 +88,75 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     let Some(args) = Args::parse_or_help(argv, SPECS, USAGE)? else {
         return Ok(());
     };
-    let trace_path = match args.positional.as_slice() {
+    let trace_path = trace_path(&args)?;
+    let expert_bytes = expert_bytes(&args)?;
+    if expert_bytes == 0 {
+        return Err(Error::invalid("flag `--expert-bytes`: must be at least 1"));
+    }
+    let policies = policies(&args)?;
+    let capacities = capacities(&args, expert_bytes)?;
+    // The TSV path is checked (its temporary created) before the replay, as a run's outputs.
+    let mut tsv_out = match args.value_os("tsv") {
+        Some(p) => Some({
+            // never over the trace being replayed, through any link or spelling
+            crate::io::out::check_outputs(&[("--tsv", PathBuf::from(&p))], &[], &[&trace_path])?;
+            OutFile::create("--tsv", Path::new(&p), "the sim-cache table")?
+        }),
+        None => None,
+    };
+
+    let records = read_trace(&trace_path)?;
+    let mut out = String::new();
+    let variants = variants(&trace_path, records, &mut out);
+    let _ = writeln!(
+        out,
+        "capacity in slots = floor(GB × 10^9 / {expert_bytes} bytes per expert{}); hit rate = \
+         1 − reads / requests",
+        if args.present(&["model", "expert-bytes"]).is_empty() {
+            ", K3's: give --model DIR for another model"
+        } else {
+            ""
+        }
+    );
+
+    let mut tsv = String::new();
+    let _ = writeln!(
+        tsv,
+        "trace\tcapacity_gb\tslots\tpolicy\trequests\treads\tevictions\ttrue_resident_hits\thit_rate"
+    );
+    let mut best_line = String::new();
+    for (vi, v) in variants.iter().enumerate() {
+        let best = replay(v, &policies, &capacities, &mut out, &mut tsv)?;
+        if vi == 0 {
+            // The first variant is the incremental one when it exists: choose on it.
+            let _ = writeln!(out, "{best}");
+            best_line = best;
+        }
+    }
+    // The table is the command's output: a failed write is exit 4, not a silent success.
+    crate::cli::write_stdout(out.as_bytes())?;
+    if let Some(mut f) = tsv_out.take() {
+        let mut text = String::new();
+        let _ = writeln!(
+            text,
+            "# expert-cache hit rates vs Belady's optimum and the compulsory-miss ceiling"
+        );
+        let _ = writeln!(text, "# command: {}", command_line(argv));
+        let _ = writeln!(text, "# k3 {} ({})", crate::VERSION, crate::GIT_COMMIT);
+        for l in out.lines().take(3) {
+            let _ = writeln!(text, "# {l}");
+        }
+        let _ = writeln!(text, "# {best_line}");
+        text.push_str(&tsv);
+        f.write_all(text.as_bytes())?;
+        f.commit()?;
+    }
+    Ok(())
+}
+
+/// The one positional argument: the trace file. Errors (exit 2): none or several given.
+fn trace_path(args: &Args) -> Result<PathBuf> {
+    Ok(match args.positional.as_slice() {
         [p] => PathBuf::from(p),
         [] => {
             return Err(Error::invalid(
@@ -102,11 +170,11 @@ pub fn run(argv: &[OsString]) -> Result<()> {
                 more.len()
             )))
         }
-    };
-    let expert_bytes = expert_bytes(&args)?;
-    if expert_bytes == 0 {
-        return Err(Error::invalid("flag `--expert-bytes`: must be at least 1"));
-    }
+    })
+}
+
+/// The `--policy` names (deduplicated), or every policy. Errors (exit 2): an unknown name.
+fn policies(args: &Args) -> Result<Vec<String>> {
     let mut policies = args.values("policy")?;
     for p in &policies {
         if !POLICY_NAMES.contains(&p.as_str()) {
@@ -120,18 +188,12 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         policies = POLICY_NAMES.iter().map(|s| s.to_string()).collect();
     }
     policies.dedup();
-    let capacities = capacities(&args, expert_bytes)?;
-    // The TSV path is checked (its temporary created) before the replay, as a run's outputs.
-    let mut tsv_out = match args.value_os("tsv") {
-        Some(p) => Some({
-            // never over the trace being replayed, through any link or spelling
-            crate::io::out::check_outputs(&[("--tsv", PathBuf::from(&p))], &[], &[&trace_path])?;
-            OutFile::create("--tsv", Path::new(&p), "the sim-cache table")?
-        }),
-        None => None,
-    };
+    Ok(policies)
+}
 
-    let records = read_trace(&trace_path)?;
+/// The trace variants to replay: the derived incremental-decode trace first (when `records`
+/// is a full-recompute trace), then the trace as recorded; their description goes to `out`.
+fn variants(trace_path: &Path, records: Vec<ExpertKey>, out: &mut String) -> Vec<Variant> {
     let mut variants = Vec::new();
     let layers = {
         let mut l: Vec<u32> = records.iter().map(|k| k.layer).collect();
@@ -140,7 +202,6 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         l
     };
     let incremental = derive_incremental(&records);
-    let mut out = String::new();
     let _ = writeln!(
         out,
         "trace {}: {} requests over {} MoE layers ({}..{})",
@@ -181,101 +242,72 @@ pub fn run(argv: &[OsString]) -> Result<()> {
             });
         }
     }
+    variants
+}
+
+/// Replays variant `v` under every policy and capacity, next to Belady's optimum and the
+/// compulsory-miss ceiling: its table goes to `out`, its TSV rows to `tsv`. Returns the line
+/// naming the policy with the best mean hit rate over the capacities. Errors: as [`simulate`].
+fn replay(
+    v: &Variant,
+    policies: &[String],
+    capacities: &[Capacity],
+    out: &mut String,
+    tsv: &mut String,
+) -> Result<String> {
+    let (distinct, ceiling) = compulsory(&v.records);
     let _ = writeln!(
         out,
-        "capacity in slots = floor(GB × 10^9 / {expert_bytes} bytes per expert{}); hit rate = \
-         1 − reads / requests",
-        if args.present(&["model", "expert-bytes"]).is_empty() {
-            ", K3's: give --model DIR for another model"
-        } else {
-            ""
+        "\n{}: {} requests, {} distinct experts, compulsory-miss ceiling {}",
+        v.what,
+        v.records.len(),
+        distinct,
+        pct(ceiling)
+    );
+    let mut header = format!("{:>11} {:>6}", "capacity_gb", "slots");
+    for p in policies {
+        let _ = write!(header, " {:>8}", p);
+    }
+    let _ = write!(header, " {:>8} {:>8}", "belady", "ceiling");
+    let _ = writeln!(out, "{header}");
+    let mut sums = vec![0.0f64; policies.len()];
+    for c in capacities {
+        let mut line = format!("{:>11} {:>6}", c.gb, c.slots);
+        for (pi, p) in policies.iter().enumerate() {
+            let r = simulate(&v.records, c.slots, p)?;
+            sums[pi] += r.hit_rate();
+            let _ = write!(line, " {:>8}", pct(r.hit_rate()));
+            tsv_row(tsv, v.name, c, &r);
         }
-    );
-
-    let mut tsv = String::new();
-    let _ = writeln!(
-        tsv,
-        "trace\tcapacity_gb\tslots\tpolicy\trequests\treads\tevictions\ttrue_resident_hits\thit_rate"
-    );
-    let mut best_line = String::new();
-    for (vi, v) in variants.iter().enumerate() {
-        let (distinct, ceiling) = compulsory(&v.records);
+        let b = belady(&v.records, c.slots);
+        let _ = write!(line, " {:>8} {:>8}", pct(b.hit_rate()), pct(ceiling));
+        tsv_row(tsv, v.name, c, &b);
         let _ = writeln!(
-            out,
-            "\n{}: {} requests, {} distinct experts, compulsory-miss ceiling {}",
-            v.what,
+            tsv,
+            "{}\t{}\t{}\tceiling\t{}\t{}\t0\t{}\t{:.6}",
+            v.name,
+            c.gb,
+            c.slots,
             v.records.len(),
             distinct,
-            pct(ceiling)
+            v.records.len() - distinct,
+            ceiling
         );
-        let mut header = format!("{:>11} {:>6}", "capacity_gb", "slots");
-        for p in &policies {
-            let _ = write!(header, " {:>8}", p);
-        }
-        let _ = write!(header, " {:>8} {:>8}", "belady", "ceiling");
-        let _ = writeln!(out, "{header}");
-        let mut sums = vec![0.0f64; policies.len()];
-        for c in &capacities {
-            let mut line = format!("{:>11} {:>6}", c.gb, c.slots);
-            for (pi, p) in policies.iter().enumerate() {
-                let r = simulate(&v.records, c.slots, p)?;
-                sums[pi] += r.hit_rate();
-                let _ = write!(line, " {:>8}", pct(r.hit_rate()));
-                tsv_row(&mut tsv, v.name, c, &r);
-            }
-            let b = belady(&v.records, c.slots);
-            let _ = write!(line, " {:>8} {:>8}", pct(b.hit_rate()), pct(ceiling));
-            tsv_row(&mut tsv, v.name, c, &b);
-            let _ = writeln!(
-                tsv,
-                "{}\t{}\t{}\tceiling\t{}\t{}\t0\t{}\t{:.6}",
-                v.name,
-                c.gb,
-                c.slots,
-                v.records.len(),
-                distinct,
-                v.records.len() - distinct,
-                ceiling
-            );
-            let _ = writeln!(out, "{line}");
-        }
-        if vi == 0 {
-            // The first variant is the incremental one when it exists: choose on it.
-            let mut best = 0;
-            for i in 1..policies.len() {
-                if sums[i] > sums[best] {
-                    best = i;
-                }
-            }
-            best_line = format!(
-                "best policy on the {} trace: {} (mean hit rate {} over {} capacities)",
-                v.name,
-                policies[best],
-                pct(sums[best] / capacities.len() as f64),
-                capacities.len()
-            );
-            let _ = writeln!(out, "{best_line}");
+        let _ = writeln!(out, "{line}");
+    }
+    let mut best = 0;
+    for i in 1..policies.len() {
+        if sums[i] > sums[best] {
+            best = i;
         }
     }
-    // The table is the command's output: a failed write is exit 4, not a silent success.
-    crate::cli::write_stdout(out.as_bytes())?;
-    if let Some(mut f) = tsv_out.take() {
-        let mut text = String::new();
-        let _ = writeln!(
-            text,
-            "# expert-cache hit rates vs Belady's optimum and the compulsory-miss ceiling"
-        );
-        let _ = writeln!(text, "# command: {}", command_line(argv));
-        let _ = writeln!(text, "# k3 {} ({})", crate::VERSION, crate::GIT_COMMIT);
-        for l in out.lines().take(3) {
-            let _ = writeln!(text, "# {l}");
-        }
-        let _ = writeln!(text, "# {best_line}");
-        text.push_str(&tsv);
-        f.write_all(text.as_bytes())?;
-        f.commit()?;
-    }
-    Ok(())
+    Ok(format!(
+        "best policy on the {} trace: {} (mean hit rate {} over {} capacities)",
+        v.name,
+        policies[best],
+        pct(sums[best] / capacities.len() as f64),
+        capacities.len()
+    ))
 }
 
 fn capacities(args: &Args, expert_bytes: u64) -> Result<Vec<Capacity>> {

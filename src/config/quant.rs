@@ -2,7 +2,7 @@
 
 use super::lookup::{describe, get_non_null, Hit, Lookup};
 use super::{QuantGroup, QuantizationConfig};
-use crate::json::Value;
+use crate::json::{Object, Value};
 
 /// §2.4: `quant_method`, `format`, and each group's `num_bits`, `type`, `group_size` and
 /// `symmetric` must have exactly the released values.
@@ -75,25 +75,7 @@ pub(super) fn read_quantization(lk: &mut Lookup<'_>, hit: &Hit<'_>) -> Option<Qu
             "missing; expected one MXFP4 group (MODEL.md §2.4)",
         ),
     }
-    let mut ignore = Vec::new();
-    match get_non_null(obj, "ignore") {
-        None => {}
-        Some(Value::Array(items)) => {
-            for (i, it) in items.iter().enumerate() {
-                match it {
-                    Value::String(s) => ignore.push(s.clone()),
-                    other => lk.bad(
-                        &format!("{path}.ignore[{i}]"),
-                        format!("expected string, found {}", describe(other)),
-                    ),
-                }
-            }
-        }
-        Some(other) => lk.bad(
-            &format!("{path}.ignore"),
-            format!("expected array of strings, found {}", describe(other)),
-        ),
-    }
+    let ignore = string_list(lk, obj, &path, "ignore");
     if lk.problems.len() != before {
         return None;
     }
@@ -107,6 +89,31 @@ pub(super) fn read_quantization(lk: &mut Lookup<'_>, hit: &Hit<'_>) -> Option<Qu
     })
 }
 
+/// The optional array of strings `obj[key]` (absent or null: empty); a wrong type is a
+/// problem named `{scope}.{key}` or `{scope}.{key}[i]` (MODEL.md §2.4).
+fn string_list(lk: &mut Lookup<'_>, obj: &Object, scope: &str, key: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    match get_non_null(obj, key) {
+        None => {}
+        Some(Value::Array(items)) => {
+            for (i, it) in items.iter().enumerate() {
+                match it {
+                    Value::String(s) => out.push(s.clone()),
+                    other => lk.bad(
+                        &format!("{scope}.{key}[{i}]"),
+                        format!("expected string, found {}", describe(other)),
+                    ),
+                }
+            }
+        }
+        Some(other) => lk.bad(
+            &format!("{scope}.{key}"),
+            format!("expected array of strings, found {}", describe(other)),
+        ),
+    }
+    out
+}
+
 fn read_group(lk: &mut Lookup<'_>, gp: &str, name: &str, gv: &Value) -> Option<QuantGroup> {
     let g = match gv {
         Value::Object(o) => o,
@@ -115,25 +122,7 @@ fn read_group(lk: &mut Lookup<'_>, gp: &str, name: &str, gv: &Value) -> Option<Q
             return None;
         }
     };
-    let mut targets = Vec::new();
-    match get_non_null(g, "targets") {
-        None => {}
-        Some(Value::Array(items)) => {
-            for (i, it) in items.iter().enumerate() {
-                match it {
-                    Value::String(s) => targets.push(s.clone()),
-                    other => lk.bad(
-                        &format!("{gp}.targets[{i}]"),
-                        format!("expected string, found {}", describe(other)),
-                    ),
-                }
-            }
-        }
-        Some(other) => lk.bad(
-            &format!("{gp}.targets"),
-            format!("expected array of strings, found {}", describe(other)),
-        ),
-    }
+    let targets = string_list(lk, g, gp, "targets");
     let w = match get_non_null(g, "weights") {
         Some(Value::Object(w)) => w,
         Some(other) => {

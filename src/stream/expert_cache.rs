@@ -208,18 +208,19 @@ impl CacheCore {
     }
 }
 
-/// Where one expert's bytes lie: its six tensors as one run (the released layout), or as
-/// several pieces (FORMATS.md §4: a non-contiguous expert is read piece by piece).
+/// The pieces one expert's bytes are read in, in open files: its six tensors as one run (the
+/// released layout), or as several pieces (FORMATS.md §4: a non-contiguous expert is read
+/// piece by piece). Where the six tensors lie in the shards is `stream::experts::ExpertLocation`.
 #[derive(Debug, Clone)]
-pub struct ExpertLocation<'f> {
+pub struct ExpertPieces<'f> {
     /// The pieces in payload order (`w1.weight_packed, w1.weight_scale, w2…, w3…`).
     pub pieces: Vec<Extent<&'f IoFile>>,
 }
 
-impl<'f> ExpertLocation<'f> {
+impl<'f> ExpertPieces<'f> {
     /// One contiguous run of `len` bytes at absolute `offset` of `file`.
-    pub fn run(file: &'f IoFile, offset: u64, len: usize) -> ExpertLocation<'f> {
-        ExpertLocation {
+    pub fn run(file: &'f IoFile, offset: u64, len: usize) -> ExpertPieces<'f> {
+        ExpertPieces {
             pieces: vec![Extent { file, offset, len }],
         }
     }
@@ -357,7 +358,7 @@ impl ExpertCache {
         mut verify: V,
     ) -> Result<Batch<'_>>
     where
-        L: FnMut(u32) -> Result<ExpertLocation<'f>>,
+        L: FnMut(u32) -> Result<ExpertPieces<'f>>,
         V: FnMut(u32, &[u8]) -> Result<()>,
     {
         let keys: Vec<ExpertKey> = experts.iter().map(|&e| ExpertKey::new(layer, e)).collect();
@@ -387,7 +388,7 @@ impl ExpertCache {
     fn fill<'f>(
         &mut self,
         res: &Reservation,
-        locate: &mut dyn FnMut(u32) -> Result<ExpertLocation<'f>>,
+        locate: &mut dyn FnMut(u32) -> Result<ExpertPieces<'f>>,
         verify: &mut dyn FnMut(u32, &[u8]) -> Result<()>,
     ) -> Result<()> {
         if res.misses.is_empty() {
@@ -413,7 +414,9 @@ impl ExpertCache {
             jobs.push((key, slot, loc));
         }
         // Queue the reads in file-offset order (sequential-friendly for the device).
-        jobs.sort_by_key(|(_, _, loc)| (loc.pieces[0].file.id(), loc.pieces[0].offset));
+        jobs.sort_unstable_by_key(|(_, slot, loc)| {
+            (loc.pieces[0].file.id(), loc.pieces[0].offset, *slot)
+        });
 
         let mut slots_sorted: Vec<u32> = jobs.iter().map(|j| j.1).collect();
         slots_sorted.sort_unstable();

@@ -128,7 +128,7 @@ impl ExpertSource for CachedExperts {
         }
         let shards = &self.shards;
         let (inter, latent) = (self.shape.inter, self.shape.latent);
-        let locate = |e: u32| -> Result<expert_cache::ExpertLocation<'_>> {
+        let locate = |e: u32| -> Result<expert_cache::ExpertPieces<'_>> {
             let loc = locs
                 .get(e as usize)
                 .ok_or_else(|| Error::internal(format!("layer {layer}: no expert {e}")))?;
@@ -145,7 +145,7 @@ impl ExpertSource for CachedExperts {
                     pieces.push(p.with_file(shard(shards, p.file)?));
                 }
             }
-            Ok(expert_cache::ExpertLocation { pieces })
+            Ok(expert_cache::ExpertPieces { pieces })
         };
         let verify = |e: u32, payload: &[u8]| -> Result<()> {
             expert_view(payload, inter, latent, &locs[e as usize].names).map(|_| ())

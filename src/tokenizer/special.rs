@@ -56,10 +56,11 @@ impl SpecialTokens {
             .map(|(i, n)| n.unwrap_or_else(|| format!("<|reserved_token_{}|>", base + i as u32)))
             .collect();
         let mut sorted: Vec<u8> = (0..=255u8).collect();
-        sorted.sort_by(|&a, &b| {
+        sorted.sort_unstable_by(|&a, &b| {
             names[a as usize]
                 .as_bytes()
                 .cmp(names[b as usize].as_bytes())
+                .then(a.cmp(&b))
         });
         // In sorted order, a name that is a prefix of another is a prefix of its successor.
         for w in sorted.windows(2) {

@@ -7,7 +7,7 @@ use crate::support::io as io_support;
 
 use io_support::{fixture, Rng, TempDir};
 use k3::io::{Extent, IoFile, IoThreads};
-use k3::stream::expert_cache::{ExpertCache, ExpertLocation};
+use k3::stream::expert_cache::{ExpertCache, ExpertPieces};
 use k3::stream::policy::{new_policy, POLICY_NAMES};
 use k3::stream::sim::{batches, simulate};
 use k3::stream::trace::{derive_incremental, read_trace};
@@ -84,7 +84,7 @@ fn fetch(
     let b = c.fetch_batch(
         layer,
         experts,
-        |e| Ok(ExpertLocation::run(f, s.offset(layer, e), n)),
+        |e| Ok(ExpertPieces::run(f, s.offset(layer, e), n)),
         |e, p| {
             assert_eq!(p, expected(layer, e, n), "verify sees the whole payload");
             Ok(())
@@ -246,7 +246,7 @@ fn a_failed_verification_publishes_nothing_and_the_expert_is_checked_again_next_
     let r = c.fetch_batch(
         1,
         &[2, 3],
-        |e| Ok(ExpertLocation::run(&f, s.offset(1, e), 4000)),
+        |e| Ok(ExpertPieces::run(&f, s.offset(1, e), 4000)),
         |e, _| {
             calls += 1;
             if e == 3 {
@@ -276,7 +276,7 @@ fn an_expert_larger_than_a_slot_is_exit_4() {
         .fetch_batch(
             1,
             &[1],
-            |e| Ok(ExpertLocation::run(&f, s.offset(1, e), 4000)),
+            |e| Ok(ExpertPieces::run(&f, s.offset(1, e), 4000)),
             |_, _| Ok(()),
         )
         .unwrap_err();
@@ -300,7 +300,7 @@ fn an_expert_in_several_pieces_is_served_concatenated() {
             1,
             &[4],
             |_| {
-                Ok(ExpertLocation {
+                Ok(ExpertPieces {
                     pieces: vec![
                         Extent {
                             file: &f,

@@ -1,0 +1,233 @@
+//! Writing a packed trunk (`k3 pack-trunk`, FORMATS.md §7.2): `trunk.bin.tmp` and
+//! `trunk.json.tmp`, renamed into place only when complete.
+
+use super::{PackedTrunk, COPY_CHUNK, FLUSH_EVERY, TRUNK_BIN, TRUNK_JSON};
+use crate::checkpoint::TensorIndex;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::io::out::{is_disk_full, TMP_SUFFIX};
+use crate::io::{AlignedBuf, IoFile, ALIGN};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Progress of [`pack`] after each copied chunk.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PackProgress {
+    /// Layers fully copied.
+    pub layers_done: usize,
+    /// Layers in all.
+    pub layers: usize,
+    /// Run bytes copied.
+    pub bytes_done: u64,
+    /// Run bytes in all.
+    pub bytes: u64,
+    /// Seconds since the copy started.
+    pub seconds: f64,
+}
+
+impl PackProgress {
+    /// Copy rate, MB/s (0 before any time has passed).
+    pub fn mb_per_s(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.bytes_done as f64 / 1e6 / self.seconds
+        } else {
+            0.0
+        }
+    }
+    /// Estimated seconds left at the current rate (None before any byte was copied).
+    pub fn eta_seconds(&self) -> Option<f64> {
+        (self.bytes_done > 0)
+            .then(|| (self.bytes - self.bytes_done) as f64 * self.seconds / self.bytes_done as f64)
+    }
+}
+
+/// What [`pack`] wrote.
+#[derive(Debug, Clone)]
+pub struct PackSummary {
+    /// The layout written.
+    pub trunk: PackedTrunk,
+    /// `trunk.bin` path and length.
+    pub bin: PathBuf,
+    pub bin_len: u64,
+    /// Seconds of copying.
+    pub seconds: f64,
+    /// True if every read went through O_DIRECT.
+    pub direct: bool,
+}
+
+/// `k3 pack-trunk`: writes `out_dir/trunk.bin` and `out_dir/trunk.json` for the checkpoint
+/// behind `index` (FORMATS.md §7.2). Each run is read with direct I/O and written at its
+/// aligned offset (the gaps are zero), written back and dropped from the page cache every
+/// 256 MiB; afterwards the first and last bytes of every run are compared with the shard.
+/// Both files are written under `.tmp` names; only when everything is complete is an old
+/// `trunk.json` removed, `trunk.bin` renamed into place and then `trunk.json`, so an
+/// interrupted pack never leaves a trunk that loads.
+///
+/// Errors: the layout ([`PackedTrunk::plan`], exit 2); an unwritable `out_dir`
+/// ([`check_out_dir`], exit 2); a read failure (exit 4, naming the shard and offset); a write
+/// failure or a full disk (exit 4 / exit 3, naming the file). On error the temporary files are
+/// removed.
+pub fn pack(
+    cfg: &Config,
+    index: &TensorIndex,
+    out_dir: &Path,
+    progress: &mut dyn FnMut(&PackProgress),
+) -> Result<PackSummary> {
+    let trunk = PackedTrunk::plan(cfg, index)?;
+    check_out_dir(out_dir)?;
+    let bin_tmp = out_dir.join(format!("{TRUNK_BIN}{TMP_SUFFIX}"));
+    let json_tmp = out_dir.join(format!("{TRUNK_JSON}{TMP_SUFFIX}"));
+    let res = write_files(cfg, index, &trunk, out_dir, &bin_tmp, &json_tmp, progress);
+    if res.is_err() {
+        let _ = std::fs::remove_file(&bin_tmp);
+        let _ = std::fs::remove_file(&json_tmp);
+    }
+    let (seconds, direct) = res?;
+    Ok(PackSummary {
+        bin_len: trunk.bin_len(),
+        trunk,
+        bin: out_dir.join(TRUNK_BIN),
+        seconds,
+        direct,
+    })
+}
+
+/// Creates `out_dir` if needed and checks that files can be created in it (by creating and
+/// removing a probe file), so that an unwritable output directory is found before any
+/// shard is read.
+///
+/// Errors (exit 2): the directory cannot be created or written, naming it; exit 3 if the disk
+/// is already full.
+pub fn check_out_dir(out_dir: &Path) -> Result<()> {
+    let bad = |e: &std::io::Error, what: &str| {
+        if is_disk_full(e) {
+            Error::resources(format!(
+                "{}: {what}: {e} (not enough disk space for the packed trunk)",
+                out_dir.display()
+            ))
+        } else {
+            Error::invalid(format!(
+                "pack-trunk: output directory {}: {what}: {e}; give a writable directory",
+                out_dir.display()
+            ))
+        }
+    };
+    if out_dir.exists() && !out_dir.is_dir() {
+        return Err(Error::invalid(format!(
+            "pack-trunk: output directory {}: exists and is not a directory; give a directory",
+            out_dir.display()
+        )));
+    }
+    std::fs::create_dir_all(out_dir).map_err(|e| bad(&e, "cannot create the directory"))?;
+    let probe = out_dir.join(format!(".k3-probe-{}{TMP_SUFFIX}", std::process::id()));
+    std::fs::File::create(&probe).map_err(|e| bad(&e, "cannot create files in it"))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
+fn write_error(path: &Path, what: &str, e: std::io::Error) -> Error {
+    let msg = format!("{}: {what}: {e}", path.display());
+    if is_disk_full(&e) {
+        Error::resources(format!(
+            "{msg} (not enough disk space for the packed trunk)"
+        ))
+    } else {
+        Error::io(msg)
+    }
+}
+
+fn write_files(
+    cfg: &Config,
+    index: &TensorIndex,
+    trunk: &PackedTrunk,
+    out_dir: &Path,
+    bin_tmp: &Path,
+    json_tmp: &Path,
+    progress: &mut dyn FnMut(&PackProgress),
+) -> Result<(f64, bool)> {
+    let out =
+        std::fs::File::create(bin_tmp).map_err(|e| write_error(bin_tmp, "cannot create", e))?;
+    let total = trunk.run_bytes();
+    let mut buf = AlignedBuf::new(COPY_CHUNK + 2 * ALIGN)?;
+    let t0 = Instant::now();
+    let mut done = 0u64;
+    let mut unflushed = 0u64;
+    let mut flushed_to = 0u64;
+    let mut direct = true;
+    let mut shards: Vec<Option<IoFile>> = index.shards().iter().map(|_| None).collect();
+    for (li, l) in trunk.layers.iter().enumerate() {
+        let si = index
+            .shards()
+            .iter()
+            .position(|s| s.file_name == l.shard)
+            .ok_or_else(|| Error::internal(format!("shard {} vanished", l.shard)))?;
+        if shards[si].is_none() {
+            shards[si] = Some(IoFile::open(&index.shards()[si].path)?);
+        }
+        let src = shards[si].as_ref().expect("opened above");
+        let run_len = l.run_len();
+        let mut rel = 0u64;
+        while rel < run_len {
+            let n = ((run_len - rel) as usize).min(COPY_CHUNK);
+            let r = src.read_window(l.run_start + rel, n, &mut buf)?;
+            direct &= r.direct;
+            let at = l.file_off + rel;
+            out.write_all_at(&buf[r.pad..r.pad + n], at)
+                .map_err(|e| write_error(bin_tmp, &format!("write at offset {at} failed"), e))?;
+            rel += n as u64;
+            done += n as u64;
+            unflushed += n as u64;
+            if unflushed >= FLUSH_EVERY {
+                out.sync_data()
+                    .map_err(|e| write_error(bin_tmp, "write-back failed", e))?;
+                crate::io::sys::drop_file_cache(&out, flushed_to, at + n as u64 - flushed_to);
+                flushed_to = at + n as u64;
+                unflushed = 0;
+            }
+            progress(&PackProgress {
+                layers_done: li + usize::from(rel == run_len),
+                layers: trunk.layers.len(),
+                bytes_done: done,
+                bytes: total,
+                seconds: t0.elapsed().as_secs_f64(),
+            });
+        }
+    }
+    // Zero padding of the last run's tail (and any gaps, which are already holes reading 0).
+    out.set_len(trunk.bin_len())
+        .map_err(|e| write_error(bin_tmp, "cannot set the length", e))?;
+    out.sync_all()
+        .map_err(|e| write_error(bin_tmp, "write-back failed", e))?;
+    crate::io::sys::drop_file_cache(&out, 0, trunk.bin_len());
+    drop(out);
+    let seconds = t0.elapsed().as_secs_f64();
+    // Read back and verify exactly what a runner will check (FORMATS.md §7.3).
+    let mut check = trunk.clone();
+    let bin = IoFile::open(bin_tmp)?;
+    check
+        .validate(cfg, index, &bin, json_tmp)
+        .map_err(|e| Error::io(format!("verifying the packed trunk: {}", e.message)))?;
+    drop(bin);
+    std::fs::write(json_tmp, trunk.to_json())
+        .map_err(|e| write_error(json_tmp, "cannot write", e))?;
+    std::fs::File::open(json_tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| write_error(json_tmp, "write-back failed", e))?;
+    // Only now touch the final names: old layout away first, then the data, then the layout.
+    let json = out_dir.join(TRUNK_JSON);
+    let bin_path = out_dir.join(TRUNK_BIN);
+    match std::fs::remove_file(&json) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(write_error(&json, "cannot replace", e)),
+    }
+    std::fs::rename(bin_tmp, &bin_path)
+        .map_err(|e| write_error(&bin_path, "cannot rename into place", e))?;
+    std::fs::rename(json_tmp, &json)
+        .map_err(|e| write_error(&json, "cannot rename into place", e))?;
+    if let Ok(d) = std::fs::File::open(out_dir) {
+        let _ = d.sync_all();
+    }
+    Ok((seconds, direct))
+}
