@@ -8,8 +8,7 @@ use crate::plan::MemoryPlan;
 use crate::stream::expert_cache::CacheStats;
 use crate::stream::tables::TableStats;
 use crate::stream::trunk::TrunkStats;
-use crate::units::gb;
-use crate::units::hex;
+use crate::units::{count, gb, hex};
 
 mod json;
 
@@ -210,39 +209,43 @@ impl RunReport {
         }
     }
 
-    /// The trunk line printed before the run (ENGINE.md §6).
+    /// The trunk line printed before the run (ENGINE.md §6): where the trunk lives (packed and
+    /// its file size, or the shards), the ring, the read mode, the deterministic trunk hit rate
+    /// and why this pinned set (the pinned count and bytes).
     pub fn trunk_line(&self) -> String {
         let tr = &self.trunk;
         format!(
-            "trunk: {}, pinned {}/{} layers ({}), ring {} × {}, {}, deterministic trunk hit rate {:.1} %\n  {}",
+            "trunk: {}, ring {} × {}, {}, deterministic trunk hit rate {}: {}",
             if tr.packed {
-                format!("packed ({})", gb(tr.packed_bytes))
+                format!("packed trunk.bin ({})", gb(tr.packed_bytes))
             } else {
                 "read from the shards (not packed)".to_string()
             },
-            tr.pinned.len(),
-            self.layers_bound,
-            gb(tr.pinned_bytes),
             tr.ring_slots,
             gb(tr.slot_bytes),
-            if tr.direct_io { "O_DIRECT" } else { "buffered + DONTNEED" },
-            100.0 * self.deterministic_hit_rate(),
+            if tr.direct_io {
+                "O_DIRECT"
+            } else {
+                "buffered + DONTNEED"
+            },
+            percent(self.deterministic_hit_rate()),
             tr.reason
         )
     }
 
-    /// The expert-cache line printed before the run (ENGINE.md §6).
+    /// The expert-cache line printed before the run (ENGINE.md §6): slots × bytes, the share of
+    /// the bound experts it holds, the policy.
     pub fn cache_line(&self) -> String {
         format!(
-            "expert cache: {} slots × {} B ({}), {:.1} % of the {} bound experts, policy {}",
-            self.expert_slots,
-            self.expert_slot_bytes,
+            "expert cache: {} × {} ({}), {} of the {} bound experts, policy {}",
+            count(self.expert_slots as u64, "slot", "slots"),
+            gb(self.expert_slot_bytes),
             gb(self.expert_slots as u64 * self.expert_slot_bytes),
-            if self.experts_bound > 0 {
-                100.0 * self.expert_slots as f64 / self.experts_bound as f64
+            percent(if self.experts_bound > 0 {
+                self.expert_slots as f64 / self.experts_bound as f64
             } else {
                 0.0
-            },
+            }),
             self.experts_bound,
             self.cache_policy
         )
@@ -273,60 +276,72 @@ impl RunReport {
             0.0
         };
         format!(
-            "step {:>4}: token {:>7}  {:>8.4} s  experts resident {} / read {}  {:.3} GB read  {:.2} tokens/s",
+            "step {:>4}: token {:>7}  {:>8.4} s  experts resident {} / read {}  {} read  {:.2} tokens/s",
             i + 1,
             s.token_id,
             s.seconds,
             s.experts.resident_hits,
             s.experts.reads,
-            (s.experts.bytes_read + s.dense_bytes_read) as f64 / 1e9,
+            gb(s.experts.bytes_read + s.dense_bytes_read),
             rate
         )
     }
 
-    /// The summary, cache, trunk, I/O, hash and RSS lines (ENGINE.md §6), in that order.
+    /// Bytes read per generated token: every expert, trunk and model-table byte read during
+    /// the run ÷ generated tokens (0 without tokens).
+    pub fn bytes_per_token(&self) -> u64 {
+        let n = self.generated_ids.len() as u64;
+        let total = self.cache.bytes_read
+            + self.trunk.stats.bytes_read
+            + self.tables.embedding_bytes_read
+            + self.tables.lm_head_bytes_read;
+        total.checked_div(n).unwrap_or(0)
+    }
+
+    /// The summary (ENGINE.md §6), one line each: tokens and time, the expert cache, the
+    /// trunk with the I/O share, the logits hash (`logits hash: <16 hex>`), peak RSS. Sizes
+    /// in [`gb`]'s style; counts with their noun.
     pub fn summary_lines(&self) -> String {
         let n = self.generated_ids.len();
         let spt = self.timing.seconds_per_token(n);
-        let c = &self.cache;
-        let t = &self.timing;
-        let tr = &self.trunk.stats;
-        let rate = |b: u64, s: f64| if s > 0.0 { b as f64 / 1e6 / s } else { 0.0 };
-        let io_share = self.io_share();
-        let mut s = String::new();
-        s += &format!(
-            "summary: {} prompt + {n} generated tokens, {:.3} s wall (load {:.3} s, prefill {:.3} s, decode {:.3} s), {:.4} s/token, {:.2} tokens/s, stop: {}\n",
-            self.prompt_ids.len(),
+        let (c, t, tr) = (&self.cache, &self.timing, &self.trunk.stats);
+        let rate = |b: u64, s: f64| gb(if s > 0.0 { (b as f64 / s) as u64 } else { 0 });
+        let mut s = format!(
+            "summary: {} + {}, {:.3} s wall (load {:.3} s, prefill {:.3} s, decode {:.3} s), {:.4} s/token, {:.2} tokens/s, {} read per token, stop: {}\n",
+            count(self.prompt_ids.len() as u64, "prompt token", "prompt tokens"),
+            count(n as u64, "generated token", "generated tokens"),
             t.wall_seconds,
             t.load_seconds,
             t.prefill_seconds,
             t.decode_seconds,
             spt,
             if spt > 0.0 { 1.0 / spt } else { 0.0 },
+            gb(self.bytes_per_token()),
             self.stop_reason
         );
         s += &format!(
-            "expert cache: {} requests, {} true resident hits ({:.1} %), {} hits, {} reads, {} evictions, {} read in {:.3} s ({:.1} MB/s)\n",
-            c.requests,
+            "expert cache: true resident hit rate {} ({} of {} found their expert already in memory, not read for them), {} served by a read of the same batch, {}, {}, {} read in {:.3} s ({}/s)\n",
+            percent(c.true_resident_hit_rate()),
             c.true_resident_hits,
-            100.0 * c.true_resident_hit_rate(),
-            c.hits,
-            c.reads,
-            c.evictions,
+            count(c.requests, "request", "requests"),
+            c.hits - c.true_resident_hits.min(c.hits),
+            count(c.reads, "read", "reads"),
+            count(c.evictions, "eviction", "evictions"),
             gb(c.bytes_read),
             c.read_seconds,
             rate(c.bytes_read, c.read_seconds)
         );
         s += &format!(
-            "trunk: {} binds, {} hits, {} reads ({} ahead), {} read in {:.3} s ({:.1} MB/s), {:.3} s waited\n",
-            tr.binds,
-            tr.hits,
-            tr.reads,
+            "trunk: {}, {}, {} ({} ahead), {} read in {:.3} s ({}/s), {:.3} s waited; I/O {} of wall clock\n",
+            count(tr.binds, "bind", "binds"),
+            count(tr.hits, "hit", "hits"),
+            count(tr.reads, "read", "reads"),
             tr.reads_ahead,
             gb(tr.bytes_read),
             tr.read_seconds,
             rate(tr.bytes_read, tr.read_seconds),
-            tr.wait_seconds
+            tr.wait_seconds,
+            percent(self.io_share())
         );
         if self.tables_streamed {
             s += &format!(
@@ -336,13 +351,31 @@ impl RunReport {
                 self.tables.read_seconds
             );
         }
-        s += &format!("I/O share of wall clock: {:.1} %\n", io_share * 100.0);
         s += &format!(
-            "logits hash: {} ({} vectors)\n",
+            "logits hash: {} ({})\n",
             hex(self.logits_hash),
-            self.logits_hashed
+            count(self.logits_hashed as u64, "vector", "vectors")
         );
         s += &format!("peak RSS: {}", gb(self.peak_rss_bytes));
         s
     }
+
+    /// The one-line live status during decode (ENGINE.md §6, a terminal only): tokens so far
+    /// of `gen`, the last step's seconds and bytes read, the true resident hit rate so far.
+    pub fn status_line(&self, i: usize, gen: usize) -> String {
+        let s = &self.steps[i];
+        format!(
+            "decode: token {}/{gen}, {:.4} s, {} read, experts resident {} / read {}",
+            i + 1,
+            s.seconds,
+            gb(s.experts.bytes_read + s.dense_bytes_read),
+            s.experts.resident_hits,
+            s.experts.reads
+        )
+    }
+}
+
+/// A share as a percentage with one decimal: `71.9 %`.
+fn percent(x: f64) -> String {
+    format!("{:.1} %", 100.0 * x)
 }

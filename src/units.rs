@@ -1,21 +1,52 @@
-//! Sizes as the reports print them (decimal GB, MB, kB, bytes) and compact index lists: one
-//! formatting for the run report, the plan, `inspect` and `pack-trunk`.
+//! Sizes as the reports print them (decimal GB, MB, kB with three significant digits, bytes),
+//! counts with their noun, the trunk size, and compact index lists: one formatting for the run
+//! report, the plan, `inspect` and `pack-trunk`.
 
-/// Decimal gigabytes with enough digits for tiny and huge figures: GB, MB, kB (decimal), and
-/// below 10 kB the exact bytes, so a non-zero size never reads as zero.
+/// A size in decimal units with three significant digits (ENGINE.md §6: one unit style for
+/// every report): `1.23 GB`, `12.3 GB`, `109 GB` (and `1560 GB` past a thousand), `5.30 MB`,
+/// `24.6 kB`, and below 1000 the exact bytes (`1 byte`, `76 bytes`), so a non-zero size never
+/// reads as zero.
 pub fn gb(bytes: u64) -> String {
-    let g = bytes as f64 / 1e9;
-    if g >= 10.0 {
-        format!("{g:.1} GB")
-    } else if g >= 0.01 {
-        format!("{g:.3} GB")
-    } else if bytes >= 1_000_000 {
-        format!("{:.1} MB", bytes as f64 / 1e6)
-    } else if bytes >= 10_000 {
-        format!("{:.1} kB", bytes as f64 / 1e3)
+    let b = bytes as f64;
+    // A figure that would round up to 1000 of a unit is shown in the next unit.
+    if b >= 999.5e6 {
+        sig3(b / 1e9, "GB")
+    } else if b >= 999.5e3 {
+        sig3(b / 1e6, "MB")
+    } else if bytes >= 1000 {
+        sig3(b / 1e3, "kB")
     } else {
-        format!("{bytes} bytes")
+        count(bytes, "byte", "bytes")
     }
+}
+
+/// `x` (at least 1) with three significant digits (more above 1000, never in exponent form).
+fn sig3(x: f64, unit: &str) -> String {
+    if x >= 99.95 {
+        format!("{x:.0} {unit}")
+    } else if x >= 9.995 {
+        format!("{x:.1} {unit}")
+    } else {
+        format!("{x:.2} {unit}")
+    }
+}
+
+/// `n` followed by the singular or plural noun: `1 token`, `2 tokens`, `0 tokens`.
+pub fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// The trunk size as `inspect`, the run's plan and `pack-trunk` print it, under one name:
+/// `trunk weights 209 kB (5 layers)`: the bytes of the layers' trunk runs (the dense weights
+/// as they lie in the shards, the same bytes a packed `trunk.bin` holds before its alignment
+/// padding), for `layers` layers.
+pub fn trunk_size(bytes: u64, layers: usize) -> String {
+    format!(
+        "trunk weights {} ({})",
+        gb(bytes),
+        count(layers as u64, "layer", "layers")
+    )
 }
 
 /// `a` and `b` as [`gb`] gives them, with more digits (down to the exact bytes) when two

@@ -182,9 +182,9 @@ impl Report<'_> {
         let contiguous_layers = l.layers.iter().filter(|x| x.contiguous).count();
         let _ = writeln!(
             s,
-            "  trunk: {} bytes in {} layers; contiguous runs {}/{}",
+            "  {} = {} bytes; contiguous runs {}/{}",
+            crate::units::trunk_size(l.trunk_bytes, l.layers.len()),
             l.trunk_bytes,
-            l.layers.len(),
             contiguous_layers,
             l.layers.len()
         );

@@ -12,6 +12,7 @@ pub mod pack_trunk;
 pub mod progress;
 pub mod run;
 pub mod sim_cache;
+pub mod summary;
 pub mod template;
 pub mod tokenize;
 pub mod verify;

@@ -1,5 +1,9 @@
 //! What a run shows and writes as it goes (ENGINE.md §3, §6): the generated ids (or text) on
-//! standard output, the prefill and step lines on standard error, and the `--dump-logits` rows.
+//! standard output; on standard error the one-line live status on a terminal, or with
+//! `--verbose` the prefill and step lines; and the `--dump-logits` rows. When standard output
+//! and standard error are the same file (one terminal, `> log 2>&1`) nothing on standard error
+//! breaks into the generated text: step lines wait until it is out, and the report starts on
+//! its own line.
 
 use super::tokenize::TextPrinter;
 use crate::error::Result;
@@ -7,6 +11,7 @@ use crate::io::OutFile;
 use crate::report::RunReport;
 use crate::run::RunOutput;
 use crate::tokenizer::Tokenizer;
+use crate::units;
 
 /// The run's output to the terminal and files ([`RunOutput`] of the main job).
 pub struct CliOutput<'a> {
@@ -15,7 +20,14 @@ pub struct CliOutput<'a> {
     /// `--dump-logits`: little-endian f32 rows under a temporary name until the run completes.
     dump: Option<OutFile>,
     quiet: bool,
-    /// Step lines held back until the text is out (text and step lines on one terminal).
+    /// `--verbose`: the prefill line and one line per step.
+    verbose: bool,
+    /// The live decode status (`\r`-rewritten), with the tokens to generate: only on a
+    /// terminal that is not also standard output.
+    live: Option<usize>,
+    /// Standard output and standard error are the same file.
+    same_file: bool,
+    /// Step lines held back until the generated output is out (both on one file).
     defer_steps: bool,
     /// The held-back step lines.
     pub deferred: Vec<String>,
@@ -23,6 +35,8 @@ pub struct CliOutput<'a> {
     /// `--stop` is given: the session releases the text (held back while it may begin a stop
     /// string), and that is what is printed.
     pub stop_text: bool,
+    /// The generated output's line is ended (by [`RunOutput::finish`] or [`CliOutput::end_line`]).
+    ended: bool,
 }
 
 impl<'a> CliOutput<'a> {
@@ -30,21 +44,45 @@ impl<'a> CliOutput<'a> {
     /// no lines on standard error when `quiet`.
     pub fn new(tok: Option<&'a Tokenizer>, dump: Option<OutFile>, quiet: bool) -> CliOutput<'a> {
         let printer = tok.map(|t| TextPrinter::new(t, std::io::stdout()));
-        // Text and step lines on the same terminal would interleave mid-line: then the step
-        // lines follow the generated text (ENGINE.md §6 content, cleanly separated).
-        let defer_steps = printer.is_some()
-            && crate::io::sys::stdout_is_terminal()
-            && crate::io::sys::stderr_is_terminal();
+        // The generated output and step lines in one file would interleave mid-line: then the
+        // step lines follow the generated output (ENGINE.md §6 content, cleanly separated).
+        let same_file = crate::io::sys::stdout_is_stderr();
         CliOutput {
             tok,
             printer,
             dump,
             quiet,
-            defer_steps,
+            verbose: false,
+            live: None,
+            same_file,
+            defer_steps: same_file,
             deferred: Vec::new(),
             printed: false,
             stop_text: false,
+            ended: false,
         }
+    }
+
+    /// What standard error shows as the run goes: `verbose` (the prefill and step lines), and
+    /// when `progress` (a terminal, no `--no-progress`) and not verbose a live status line of
+    /// the `gen` tokens, unless standard output is the same terminal (the text shows progress).
+    pub fn show(&mut self, verbose: bool, progress: bool, gen: usize) {
+        self.verbose = verbose && !self.quiet;
+        let live = progress && !self.quiet && !verbose && !self.same_file;
+        self.live = live.then_some(gen);
+    }
+
+    /// Ends the generated output's line when the run stopped before [`RunOutput::finish`] (an
+    /// error) and standard error is the same file, so the error starts on its own line; clears
+    /// the live status.
+    pub fn end_line(&mut self) {
+        if self.live.is_some() {
+            crate::say!("\r\x1b[K");
+        }
+        if !self.ended && self.printed && self.same_file {
+            let _ = crate::cli::write_stdout(b"\n");
+        }
+        self.ended = true;
     }
 }
 
@@ -61,13 +99,11 @@ impl RunOutput for CliOutput<'_> {
     }
 
     fn prefilled(&mut self, positions: usize, chunk: usize, seconds: f64) {
-        if !self.quiet {
+        if self.verbose {
             crate::sayln!(
-                "prefill: {} positions in {} chunks of up to {}, {:.3} s",
-                positions,
-                positions.div_ceil(chunk),
-                chunk,
-                seconds
+                "prefill: {} in {} of up to {chunk}, {seconds:.3} s",
+                units::count(positions as u64, "position", "positions"),
+                units::count(positions.div_ceil(chunk) as u64, "chunk", "chunks"),
             );
         }
     }
@@ -84,7 +120,10 @@ impl RunOutput for CliOutput<'_> {
             }
         }
         self.printed = true;
-        if !self.quiet {
+        if let Some(gen) = self.live {
+            crate::say!("\r{}\x1b[K", rep.status_line(step, gen));
+        }
+        if self.verbose {
             if self.defer_steps {
                 self.deferred.push(rep.step_line(step));
             } else {
@@ -105,9 +144,13 @@ impl RunOutput for CliOutput<'_> {
         if let Some(p) = &mut self.printer {
             p.finish()?;
         }
+        if self.live.take().is_some() {
+            crate::say!("\r\x1b[K");
+        }
         if self.printed || self.printer.is_some() {
             crate::cli::write_stdout(b"\n")?;
         }
+        self.ended = true;
         if let Some(t) = self.tok {
             rep.generated_text = Some(t.decode_lossy(&rep.generated_ids)?);
         }

@@ -118,11 +118,10 @@ fn pack_into(
             crate::sayln!();
         }
         crate::sayln!(
-            "pack-trunk: wrote {} ({} bytes: {} layers, runs {} bytes, largest run {} bytes) and {} in {:.2} s ({}; verified against the shards)",
+            "pack-trunk: wrote {} ({}; the file {} bytes with alignment padding, largest run {} bytes) and {} in {:.2} s ({}; verified against the shards)",
             s.bin.display(),
+            crate::units::trunk_size(s.trunk.run_bytes(), s.trunk.layers.len()),
             s.bin_len,
-            s.trunk.layers.len(),
-            s.trunk.run_bytes(),
             s.trunk.layers.iter().map(|l| l.run_len()).max().unwrap_or(0),
             out_dir.join(TRUNK_JSON).display(),
             s.seconds,

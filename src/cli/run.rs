@@ -70,6 +70,7 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec::Value("dump-cache-trace"),
     Spec::Switch("quiet"),
     Spec::Switch("no-progress"),
+    Spec::Switch("verbose"),
     Spec::Switch("help"),
 ];
 
@@ -93,7 +94,7 @@ usage: k3 <model_dir> [options]   (also: k3 run <model_dir> [options])
   --layers N           bind only the first N layers
   --out FILE           JSON report;  --dump-logits PATH  f32 rows [rows, vocab]
   --dump-cache-trace DIR   expert_trace.bin + expert_hist.json
-  --quiet, --no-progress
+  --quiet, --no-progress, --verbose   no report / no progress / the per-step lines too
 Memory (decimal GB, fractions allowed; see k3 --list-presets):
   --preset NAME        auto (default), ultra, laptop, desktop, workstation, server, max
   --mem-gb X           whole-process budget (trunk first, then lm_head rows, then expert cache, then embedding)
@@ -140,6 +141,7 @@ struct Request {
     dump_logits: Option<OutFile>,
     quiet: bool,
     no_progress: bool,
+    verbose: bool,
     trace_dir: Option<PathBuf>,
     budget: Budget,
     trunk_dir: Option<PathBuf>,
@@ -358,6 +360,7 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
         dump_logits,
         quiet,
         no_progress: a.switch("no-progress"),
+        verbose: a.switch("verbose"),
         trace_dir,
         budget,
         trunk_dir,
@@ -489,30 +492,7 @@ fn execute(
     let mut inp = check_inputs(req, rep)?;
     let ex = compute(req, rep)?;
     let (cfg, d, layers) = (&inp.cfg, &inp.d, inp.layers);
-    say(&format!(
-        "config: {}, hidden {}, {} layers ({} KDA, {} MLA; map {}), vocab {}, {} experts top-{} + {} shared, latent {}, AttnRes block {}{}",
-        rep.config_shape,
-        d.h,
-        d.nl,
-        cfg.derived.n_kda,
-        cfg.derived.n_mla,
-        d.layer_map(),
-        d.v,
-        d.e,
-        d.kt,
-        cfg.num_shared_experts,
-        d.l,
-        d.bs,
-        if layers < d.nl {
-            format!("; binding the first {layers} layers")
-        } else {
-            String::new()
-        }
-    ));
-    say(&format!(
-        "compute: {} path, {} threads",
-        rep.isa, rep.threads
-    ));
+    say(&super::summary::model_line(rep, cfg, d, layers));
 
     // Index, plan (exit 3 before allocating), bind.
     let t_load = Instant::now();
@@ -562,7 +542,9 @@ fn execute(
     rep.timing.load_seconds = t_load.elapsed().as_secs_f64();
     say(&rep.trunk_line());
     say(&rep.cache_line());
-    say(&rp.tables.line());
+    if req.verbose {
+        say(&rp.tables.line());
+    }
 
     // The generation; the counters land in the report whether it succeeds or fails.
     let mut out = CliOutput::new(inp.tok.as_ref(), dump, quiet);
@@ -573,6 +555,7 @@ fn execute(
         return batch::run(&mut sess, std::mem::take(&mut inp.batch), req.parallel, rep);
     }
     out.stop_text = !req.stop_texts.is_empty();
+    out.show(req.verbose, show, req.gen);
     let opts = DecodeOptions {
         all_rows: want_all,
         settings,
@@ -588,6 +571,7 @@ fn execute(
         if show { Some(&mut progress) } else { None },
         rep,
     );
+    out.end_line();
     for line in out.deferred.drain(..) {
         crate::sayln!("{line}");
     }

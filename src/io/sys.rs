@@ -355,6 +355,27 @@ pub fn stdout_is_terminal() -> bool {
     std::io::stdout().is_terminal()
 }
 
+/// True if standard output and standard error are the same open file (the same terminal,
+/// or `> log 2>&1`): `fstat` device and inode of fds 1 and 2 agree. Then the report must not
+/// break into the generated text (ENGINE.md §6). False when either cannot be asked.
+pub fn stdout_is_stderr() -> bool {
+    #[cfg(unix)]
+    {
+        let id = |fd: libc::c_int| {
+            // SAFETY: `stat` is plain old data; an all-zero value is valid and fstat fills it.
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: `st` is a live out-value; fstat only writes into it and checks `fd`.
+            let rc = unsafe { libc::fstat(fd, &mut st) };
+            (rc == 0).then_some((st.st_dev, st.st_ino))
+        };
+        matches!((id(1), id(2)), (Some(a), Some(b)) if a == b)
+    }
+    #[cfg(not(unix))]
+    {
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

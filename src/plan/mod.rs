@@ -176,14 +176,15 @@ impl MemoryPlan {
         )
     }
 
-    /// The plan as report lines (ENGINE.md §6).
+    /// The plan as one report line (ENGINE.md §6): the total against what is available, then
+    /// every item.
     pub fn lines(&self) -> String {
         let avail = match self.available {
             Some(a) => gb(a),
             None => "unknown".to_string(),
         };
         format!(
-            "memory plan: total {} of {} available\n  trunk resident {}, trunk ring {}, model tables {} ({}), expert cache {}, KDA state {}, MLA cache {}, scratch {}, tensor index {}, tokenizer {}",
+            "memory plan: total {} of {} available: trunk resident {}, trunk ring {}, model tables {} ({}), expert cache {}, KDA state {}, MLA cache {}, scratch {}, tensor index {}, tokenizer {}",
             gb(self.total),
             avail,
             gb(self.trunk_resident),

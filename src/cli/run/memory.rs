@@ -45,17 +45,11 @@ pub(super) fn plan_memory(c: &PlanInputs<'_>, rep: &mut RunReport) -> Result<Run
         }
     };
     let plan = rp.memory.clone();
-    say(&format!(
-        "{}\n  budget: {}{}{}",
-        plan.lines(),
-        rp.budget_name,
-        rp.budget
-            .map(|b| format!(" {}", crate::plan::gb(b)))
-            .unwrap_or_default(),
-        rp.notes
-            .iter()
-            .map(|n| format!("; {n}"))
-            .collect::<String>()
+    let trunk_runs = c.prep.layouts.iter().map(|l| l.bytes).sum();
+    say(&crate::cli::summary::plan_lines(
+        &rp,
+        trunk_runs,
+        c.inp.layers,
     ));
     rep.plan = Some(plan.clone());
     rep.budget_name = rp.budget_name.clone();

@@ -39,7 +39,7 @@ fn inspect_tiny_k3() {
     );
     assert!(out.contains("dense layers: 0; MoE layers: 1..12"), "{out}");
     assert!(
-        out.contains("trunk: 2870784 bytes in 13 layers; contiguous runs 13/13"),
+        out.contains("trunk weights 2.87 MB (13 layers) = 2870784 bytes; contiguous runs 13/13"),
         "{out}"
     );
     assert!(

@@ -77,10 +77,10 @@ fn a_trunk_or_cache_budget_above_the_model_plans_all_of_it() {
             "--out",
             out.to_str().unwrap(),
         ]);
-        // was exit 3: "below the minimum 1000000.0 GB for this model"
+        // was exit 3: "below the minimum 1000000.0 GB for this model (sizes now in three-digit style)"
         assert_eq!(o.status.code(), Some(0), "{flag} 1e6: {}", stderr(&o));
         assert!(
-            stderr(&o).contains(&format!("{flag} 1000000.0 GB is more than")),
+            stderr(&o).contains(&format!("{flag} 1000000 GB is more than")),
             "{}",
             stderr(&o)
         );

@@ -186,6 +186,7 @@ fn truncate_mid_run(model: &Path, tag: &str, victim: &Path, extra: &[&str]) {
             "--gen",
             "100000",
             "--no-progress",
+            "--verbose",
             "--out",
         ])
         .arg(&out)

@@ -2,5 +2,6 @@
 
 mod closed_stderr;
 mod refusals;
+mod report;
 mod text;
 mod tiny;
