@@ -123,19 +123,7 @@ fn every_relative_link_in_readme_and_docs_resolves() {
 #[test]
 fn docs_named_by_the_command_line_exist() {
     let mut named = 0;
-    let mut dirs = vec![root().join("src/cli")];
-    let mut files = Vec::new();
-    while let Some(d) = dirs.pop() {
-        for e in std::fs::read_dir(d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                dirs.push(p);
-            } else {
-                files.push(p);
-            }
-        }
-    }
-    for p in files {
+    for p in rust_files(root().join("src/cli")) {
         let text = std::fs::read_to_string(&p).unwrap();
         let mut rest = text.as_str();
         while let Some(i) = rest.find("docs/") {
