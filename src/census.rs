@@ -206,14 +206,14 @@ fn check_required<'i>(
     let mut ok = true;
     if info.dtype != dtype {
         c.push(format!(
-            "{name}: dtype {} but MODEL.md §4 requires {dtype}{what}",
+            "{name}: dtype {} but docs/formats.md#tensor-names requires {dtype}{what}",
             info.dtype
         ));
         ok = false;
     }
     if info.shape != shape {
         c.push(format!(
-            "{name}: shape {} but MODEL.md §4 requires {}",
+            "{name}: shape {} but docs/formats.md#tensor-names requires {}",
             shape_str(info.shape),
             shape_str(shape)
         ));
@@ -247,7 +247,7 @@ fn classify_present(
                 counts.model += 1;
                 if m == ModelTensor::LmHead && cfg.tie_word_embeddings {
                     c.push(format!(
-                        "{name} (in {shard}): stored although tie_word_embeddings is true (the head is embed_tokens; MODEL.md §4)"
+                        "{name} (in {shard}): stored although tie_word_embeddings is true (the head is embed_tokens; docs/formats.md#tensor-names)"
                     ));
                 }
             }
@@ -259,7 +259,7 @@ fn classify_present(
                     ));
                 } else if !suffixes[layer].iter().any(|s| s.suffix == suffix) {
                     c.push(format!(
-                        "{name} (in {shard}): not in the MODEL.md §4 catalogue for layer {layer} ({}, {})",
+                        "{name} (in {shard}): not in the tensor catalogue (docs/formats.md#tensor-names) for layer {layer} ({}, {})",
                         kind_name(cfg.attn_kind(layer)),
                         if cfg.is_dense(layer) { "dense FFN" } else { "MoE" }
                     ));
@@ -286,17 +286,17 @@ fn classify_present(
             TensorClass::Unknown => {
                 counts.unknown += 1;
                 let hint = if name.contains(".block_sparse_moe.experts.") {
-                    " (routed experts must be MXFP4: w1/w2/w3 .weight_packed + .weight_scale; FORMATS.md §5)"
+                    " (routed experts must be MXFP4: w1/w2/w3 .weight_packed + .weight_scale; docs/formats.md#mxfp4-experts)"
                 } else {
                     ""
                 };
                 if name.starts_with(LANGUAGE_MODEL_PREFIX) {
                     c.push(format!(
-                        "{name} (in {shard}): not in the MODEL.md §4 catalogue{hint}"
+                        "{name} (in {shard}): not in the tensor catalogue (docs/formats.md#tensor-names){hint}"
                     ));
                 } else {
                     c.push(format!(
-                        "{name} (in {shard}): outside language_model., vision_tower. and mm_projector. (MODEL.md §4)"
+                        "{name} (in {shard}): outside language_model., vision_tower. and mm_projector. (docs/formats.md#tensor-names)"
                     ));
                 }
             }
@@ -408,7 +408,7 @@ fn expert_ledger(
                     &name,
                     &shapes[k],
                     crate::safetensors::Dtype::U8,
-                    " (a routed expert in another encoding is refused; experts are MXFP4, FORMATS.md §5)",
+                    " (a routed expert in another encoding is refused; experts are MXFP4, docs/formats.md#mxfp4-experts)",
                 );
             }
             if infos.iter().all(Option::is_some) {

@@ -198,7 +198,7 @@ pub fn header_len(file: &str, prefix: &[u8], file_size: u64) -> Result<u64> {
     let n = u64::from_le_bytes(b);
     if n > MAX_HEADER_LEN {
         return Err(Error::invalid(format!(
-            "{file}: byte 0: header length N = {n} exceeds the limit of {MAX_HEADER_LEN} bytes (FORMATS.md §2.4; not a safetensors file?)"
+            "{file}: byte 0: header length N = {n} exceeds the limit of {MAX_HEADER_LEN} bytes (docs/formats.md#safetensors-shards; not a safetensors file?)"
         )));
     }
     if 8 + n > file_size {
@@ -323,8 +323,9 @@ fn json_err(file: &str, e: JsonError) -> Error {
         || e.expected.ends_with("found end of input");
     let mut err = e.into_error(file, 8);
     if length_suspect {
-        err.message
-            .push_str("; the header length N in bytes 0..8 may be wrong (FORMATS.md §2)");
+        err.message.push_str(
+            "; the header length N in bytes 0..8 may be wrong (docs/formats.md#safetensors-shards)",
+        );
     }
     err
 }
@@ -355,7 +356,7 @@ pub fn parse_header<'a>(file: &str, header: &'a [u8], file_size: u64) -> Result<
         })?;
     if header.first() != Some(&b'{') {
         return Err(Error::invalid(format!(
-            "{file}: byte 8: the header must start with '{{' (FORMATS.md §2.4), found {}",
+            "{file}: byte 8: the header must start with '{{' (docs/formats.md#safetensors-shards), found {}",
             match header.first() {
                 None => "an empty header".to_string(),
                 Some(b) => format!("byte 0x{b:02x}"),
@@ -383,7 +384,7 @@ pub fn parse_header<'a>(file: &str, header: &'a [u8], file_size: u64) -> Result<
         }
         if key.is_empty() {
             return Err(Error::invalid(format!(
-                "{file}: byte {}: empty tensor name (FORMATS.md §2.2)",
+                "{file}: byte {}: empty tensor name (docs/formats.md#safetensors-shards)",
                 at(key_offset)
             )));
         }
@@ -414,7 +415,7 @@ fn parse_metadata(file: &str, sc: &mut Scanner<'_>) -> Result<Vec<(String, Strin
     let off = sc.offset();
     if sc.peek().map_err(|e| json_err(file, e))? != Kind::Object {
         return Err(Error::invalid(format!(
-            "{file}: byte {}: __metadata__ must be an object of strings (FORMATS.md §2.2)",
+            "{file}: byte {}: __metadata__ must be an object of strings (docs/formats.md#safetensors-shards)",
             8 + off as u64
         )));
     }
@@ -431,7 +432,7 @@ fn parse_metadata(file: &str, sc: &mut Scanner<'_>) -> Result<Vec<(String, Strin
         let voff = sc.offset();
         if sc.peek().map_err(|e| json_err(file, e))? != Kind::String {
             return Err(Error::invalid(format!(
-                "{file}: byte {}: __metadata__.{k}: expected a string value (FORMATS.md §2.2)",
+                "{file}: byte {}: __metadata__.{k}: expected a string value (docs/formats.md#safetensors-shards)",
                 8 + voff as u64
             )));
         }
@@ -498,7 +499,7 @@ fn parse_tensor<'a>(
                     ctx(
                         voff,
                         format!(
-                            "unknown dtype \"{s}\" (FORMATS.md §2.3 lists BF16, F32, U8, BOOL, I8, F8_E4M3, F8_E5M2, F8_E8M0, I16, U16, F16, I32, U32, I64, U64, F64)"
+                            "unknown dtype \"{s}\" (docs/formats.md#safetensors-shards lists BF16, F32, U8, BOOL, I8, F8_E4M3, F8_E5M2, F8_E8M0, I16, U16, F16, I32, U32, I64, U64, F64)"
                         ),
                     )
                 })?);

@@ -173,7 +173,7 @@ impl IndexBuilder {
             if let Err(prev) = self.insert(t.name, offset, layout, shard32)? {
                 let other = &self.idx.shards[self.idx.entries[prev].shard as usize];
                 return Err(Error::invalid(format!(
-                    "{}: tensor \"{}\" is also in shard {} (a tensor name found in two shards is refused, FORMATS.md §3)",
+                    "{}: tensor \"{}\" is also in shard {} (a tensor name found in two shards is refused, docs/formats.md#the-shard-index)",
                     path.display(),
                     t.name,
                     other.file_name

@@ -69,7 +69,7 @@ fn parse_weight_map<'b>(label: &str, bytes: &'b [u8]) -> Result<WeightMap<'b>> {
     let mut sc = Scanner::new(bytes).map_err(jerr)?;
     if sc.peek().map_err(jerr)? != Kind::Object {
         return Err(Error::invalid(format!(
-            "{label}: expected a JSON object with a weight_map (FORMATS.md §3)"
+            "{label}: expected a JSON object with a weight_map (docs/formats.md#the-shard-index)"
         )));
     }
     // weight_map entries, borrowed from `bytes` where possible; shard names interned.
@@ -108,7 +108,7 @@ fn parse_weight_map<'b>(label: &str, bytes: &'b [u8]) -> Result<WeightMap<'b>> {
                     let file = sc.string().map_err(jerr)?;
                     if !valid_shard_file_name(&file) {
                         return Err(Error::invalid(format!(
-                            "{label}: byte {voff}: weight_map[\"{name}\"]: \"{file}\" is not a plain file name ending in .safetensors (no '/', '\\', '..'; FORMATS.md §3)"
+                            "{label}: byte {voff}: weight_map[\"{name}\"]: \"{file}\" is not a plain file name ending in .safetensors (no '/', '\\', '..'; docs/formats.md#the-shard-index)"
                         )));
                     }
                     let id = match shard_ids.get(file.as_ref()) {
@@ -139,7 +139,7 @@ fn parse_weight_map<'b>(label: &str, bytes: &'b [u8]) -> Result<WeightMap<'b>> {
     sc.finish().map_err(jerr)?;
     if !seen_weight_map {
         return Err(Error::invalid(format!(
-            "{label}: missing the required weight_map object (FORMATS.md §3)"
+            "{label}: missing the required weight_map object (docs/formats.md#the-shard-index)"
         )));
     }
     Ok(WeightMap { map, shard_names })
@@ -176,13 +176,13 @@ fn cross_check(
             Some(i) => {
                 let actual = &b.idx.shards[b.idx.entries[i].shard as usize];
                 return Err(Error::invalid(format!(
-                    "{label}: byte {name_at}: maps tensor \"{name}\" to shard {}, but the tensor is in shard {} (FORMATS.md §3)",
+                    "{label}: byte {name_at}: maps tensor \"{name}\" to shard {}, but the tensor is in shard {} (docs/formats.md#the-shard-index)",
                     shard_names[*s as usize], actual.file_name
                 )));
             }
             None => {
                 return Err(Error::invalid(format!(
-                    "{label}: byte {name_at}: maps tensor \"{name}\" to shard {}, but that shard's header does not contain it (FORMATS.md §3)",
+                    "{label}: byte {name_at}: maps tensor \"{name}\" to shard {}, but that shard's header does not contain it (docs/formats.md#the-shard-index)",
                     shard_names[*s as usize]
                 )));
             }
@@ -194,14 +194,14 @@ fn cross_check(
         // Listed, but under a shard file that does not exist: say so, not "not listed".
         if let Some((_, s, name_at)) = map.iter().find(|(n, _, _)| **n == *tensor) {
             return Err(Error::invalid(format!(
-                "{label}: byte {name_at}: maps tensor \"{tensor}\" to shard {}, which does not exist in {}; the tensor is in shard {} (FORMATS.md §3: index and shards must agree)",
+                "{label}: byte {name_at}: maps tensor \"{tensor}\" to shard {}, which does not exist in {}; the tensor is in shard {} (docs/formats.md#the-shard-index: index and shards must agree)",
                 shard_names[*s as usize],
                 dir.display(),
                 shard.file_name
             )));
         }
         return Err(Error::invalid(format!(
-            "{}: tensor \"{}\" is not listed in {INDEX_FILE}'s weight_map (FORMATS.md §3: index and shards must agree)",
+            "{}: tensor \"{}\" is not listed in {INDEX_FILE}'s weight_map (docs/formats.md#the-shard-index: index and shards must agree)",
             shard.path.display(),
             b.idx.name(i)
         )));

@@ -34,6 +34,35 @@ fn short_flag(text: &str, specs: &[Spec]) -> Option<&'static str> {
     (long == "--help" || specs.iter().any(|s| s.name() == &long[2..])).then_some(long)
 }
 
+/// When `digits` is a decimal integer that `T` refused, the largest value `T` holds (the integer
+/// overflowed); `None` for any other text (or a `T` that is not an integer type).
+fn int_max<T: std::str::FromStr>(digits: &str) -> Option<String> {
+    let d = digits.strip_prefix('+').unwrap_or(digits);
+    if d.is_empty() || !d.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let maxes = [
+        u128::MAX.to_string(),
+        i128::MAX.to_string(),
+        u64::MAX.to_string(),
+        i64::MAX.to_string(),
+        u32::MAX.to_string(),
+        i32::MAX.to_string(),
+        u16::MAX.to_string(),
+        i16::MAX.to_string(),
+        u8::MAX.to_string(),
+        i8::MAX.to_string(),
+    ];
+    maxes.into_iter().find(|m| m.parse::<T>().is_ok())
+}
+
+/// The long form of a short flag with an inline value (`-p=hi` is `--prompt=hi`), when
+/// `specs` accept it.
+fn short_flag_inline(text: &str, specs: &[Spec]) -> Option<String> {
+    let (flag, value) = text.split_once('=')?;
+    short_flag(flag, specs).map(|long| format!("{long}={value}"))
+}
+
 /// Parsed arguments of one subcommand.
 #[derive(Debug, Default)]
 pub struct Args {
@@ -56,8 +85,11 @@ impl Args {
             i += 1;
             let text = raw.to_string_lossy();
             // Short forms (docs/cli.md): `-h`, and `-p`/`-n` where `--prompt`/`--gen` exist.
-            let text = match short_flag(&text, specs) {
-                Some(long) if !only_positional => std::borrow::Cow::Borrowed(long),
+            // `-p=hi` is `--prompt=hi`, as `--prompt=hi` is `--prompt hi`.
+            let text = match (short_flag(&text, specs), short_flag_inline(&text, specs)) {
+                _ if only_positional => text,
+                (Some(long), _) => std::borrow::Cow::Borrowed(long),
+                (None, Some(long)) => std::borrow::Cow::Owned(long),
                 _ => text,
             };
             if only_positional || !text.starts_with("--") || text == "-" {
@@ -172,7 +204,12 @@ impl Args {
                 .trim()
                 .parse::<T>()
                 .map(Some)
-                .map_err(|_| Error::invalid(format!("flag `--{name}`: `{v}` is not {what}"))),
+                .map_err(|_| match int_max::<T>(v.trim()) {
+                    Some(max) => Error::invalid(format!(
+                        "flag `--{name}`: `{v}` is too large: {what} of at most {max}"
+                    )),
+                    None => Error::invalid(format!("flag `--{name}`: `{v}` is not {what}")),
+                }),
         }
     }
 

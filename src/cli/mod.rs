@@ -78,6 +78,13 @@ fn dispatch(args: Vec<OsString>) -> Result<()> {
         }
         Some(a) => a.to_string_lossy().into_owned(),
     };
+    // The usage, presets and version take no arguments: a stray one is a mistake, not ignored.
+    if matches!(
+        first.as_str(),
+        "--help" | "-h" | "--list-presets" | "--version" | "-V"
+    ) {
+        no_extra(&first, &args[1..])?;
+    }
     // A subcommand name always wins over a directory of the same name (ENGINE.md §3).
     match first.as_str() {
         // The usage, presets and version are what was asked for: a failed write is exit 4.
@@ -102,11 +109,29 @@ fn dispatch(args: Vec<OsString>) -> Result<()> {
     }
 }
 
+/// Refuses (exit 2, naming them) the arguments after `what`, which takes none.
+fn no_extra(what: &str, extra: &[OsString]) -> Result<()> {
+    if extra.is_empty() {
+        return Ok(());
+    }
+    let named: Vec<String> = extra
+        .iter()
+        .map(|a| format!("`{}`", a.to_string_lossy()))
+        .collect();
+    Err(Error::invalid(format!(
+        "{what} takes no arguments, found {} (see k3 --help)",
+        named.join(" ")
+    )))
+}
+
 /// `k3 help [command]`: the command's usage (as `k3 <command> --help`), or the overview.
+///
+/// Errors (exit 2): an unknown command, or more than one argument.
 fn help(args: &[OsString]) -> Result<()> {
     let Some(cmd) = args.first() else {
         return write_stdout(USAGE.as_bytes());
     };
+    no_extra(&format!("help {}", cmd.to_string_lossy()), &args[1..])?;
     let cmd = cmd.to_string_lossy();
     let h = [OsString::from("--help")];
     match cmd.as_ref() {

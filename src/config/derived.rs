@@ -7,7 +7,7 @@ fn checked(problems: &mut Vec<String>, what: &str, v: Option<usize>) -> usize {
         Some(x) => x,
         None => {
             problems.push(format!(
-                "derived width {what} overflows (MODEL.md §2.6): the config's widths are absurd"
+                "derived width {what} overflows (docs/formats.md#configjson-keys): the config's widths are absurd"
             ));
             0
         }
@@ -67,7 +67,7 @@ pub(super) fn derive(c: &Config) -> Result<Derived, Vec<String>> {
     ] {
         if a.checked_mul(b).and_then(|x| x.checked_mul(4)).is_none() {
             p.push(format!(
-                "tensor size {what} overflows 64 bits (MODEL.md §4): the config's widths are absurd"
+                "tensor size {what} overflows 64 bits (docs/formats.md#tensor-names): the config's widths are absurd"
             ));
         }
     }

@@ -132,7 +132,7 @@ pub(super) fn layer_map(
         lk.bad(
             fpath,
             format!(
-                "covers all {nl} layers: no KDA layer remains (a misread layer map, MODEL.md §2.5)"
+                "covers all {nl} layers: no KDA layer remains (a misread layer map, docs/formats.md#configjson-keys)"
             ),
         );
         ok = false;
@@ -150,7 +150,7 @@ pub(super) fn layer_map(
             .collect();
         if !both.is_empty() || !neither.is_empty() {
             let mut msg = format!(
-                "is not the exact complement of {fpath} in 1..{nl} (MODEL.md §2.5 rule 4):"
+                "is not the exact complement of {fpath} in 1..{nl} (docs/formats.md#configjson-keys):"
             );
             if !both.is_empty() {
                 let _ = write!(msg, " in both lists: {}", list_str(&both));

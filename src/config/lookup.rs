@@ -189,7 +189,10 @@ impl<'v> Lookup<'v> {
                 let b = self.as_bool(&hit)?;
                 if let Some(m) = must {
                     if b != m {
-                        self.bad(&hit.path, format!("must be {m}, found {b} (MODEL.md §2.3)"));
+                        self.bad(
+                            &hit.path,
+                            format!("must be {m}, found {b} (docs/formats.md#configjson-keys)"),
+                        );
                         return None;
                     }
                 }
@@ -207,7 +210,7 @@ impl<'v> Lookup<'v> {
                 if v != must {
                     self.bad(
                         &hit.path,
-                        format!("must be {must}, found {v} (MODEL.md §2.3)"),
+                        format!("must be {must}, found {v} (docs/formats.md#configjson-keys)"),
                     );
                     return None;
                 }
@@ -226,7 +229,7 @@ impl<'v> Lookup<'v> {
                     self.bad(
                         &hit.path,
                         format!(
-                            "must be \"{must}\", found {} (MODEL.md §2.3)",
+                            "must be \"{must}\", found {} (docs/formats.md#configjson-keys)",
                             crate::json::quote_str(&s)
                         ),
                     );
@@ -316,7 +319,7 @@ impl<'v> Lookup<'v> {
             }
             Some(other) => {
                 return Err(Error::invalid(format!(
-                    "{origin}: text_config: expected object, found {} (MODEL.md §2.1)",
+                    "{origin}: text_config: expected object, found {} (docs/formats.md#configjson-keys)",
                     other.type_name()
                 )));
             }
@@ -397,7 +400,9 @@ impl<'v> Lookup<'v> {
             let path = self.find(key, key).map(|h| h.path).unwrap_or_default();
             self.bad(
                 &path,
-                format!("{v} is not a multiple of 32 (MXFP4 group size, FORMATS.md §5)"),
+                format!(
+                    "{v} is not a multiple of 32 (MXFP4 group size, docs/formats.md#mxfp4-experts)"
+                ),
             );
             return None;
         }
@@ -419,7 +424,7 @@ impl<'v> Lookup<'v> {
             };
             problems.push(missing_problem(
                 &self.missing_kda,
-                &format!("{scope} only, MODEL.md §2.2"),
+                &format!("{scope} only, docs/formats.md#configjson-keys"),
             ));
         }
         problems.extend(self.problems);
@@ -438,7 +443,7 @@ fn scope_name(s: &Scope<'_>) -> String {
 fn missing_problem(missing: &[String], searched: &str) -> String {
     let one = missing.len() == 1;
     format!(
-        "missing required key{} {} (searched {searched}; MODEL.md §2.3 has no default for {})",
+        "missing required key{} {} (searched {searched}; docs/formats.md#configjson-keys: no default for {})",
         if one { "" } else { "s" },
         missing.join(", "),
         if one { "it" } else { "them" }

@@ -22,7 +22,7 @@ pub(super) fn read_quantization(lk: &mut Lookup<'_>, hit: &Hit<'_>) -> Option<Qu
             None => {
                 lk.bad(
                     &p,
-                    format!("missing; must be \"{must}\" (MXFP4, MODEL.md §2.4)"),
+                    format!("missing; must be \"{must}\" (MXFP4, docs/formats.md#configjson-keys)"),
                 );
                 None
             }
@@ -31,7 +31,7 @@ pub(super) fn read_quantization(lk: &mut Lookup<'_>, hit: &Hit<'_>) -> Option<Qu
                 lk.bad(
                     &p,
                     format!(
-                        "must be \"{must}\" (only MXFP4 experts are supported, MODEL.md §2.4), found {}",
+                        "must be \"{must}\" (only MXFP4 experts are supported, docs/formats.md#configjson-keys), found {}",
                         describe(other)
                     ),
                 );
@@ -64,7 +64,7 @@ pub(super) fn read_quantization(lk: &mut Lookup<'_>, hit: &Hit<'_>) -> Option<Qu
         }
         Some(Value::Object(_)) => lk.bad(
             &format!("{path}.config_groups"),
-            "is empty; expected one MXFP4 group (MODEL.md §2.4)",
+            "is empty; expected one MXFP4 group (docs/formats.md#configjson-keys)",
         ),
         Some(other) => lk.bad(
             &format!("{path}.config_groups"),
@@ -72,7 +72,7 @@ pub(super) fn read_quantization(lk: &mut Lookup<'_>, hit: &Hit<'_>) -> Option<Qu
         ),
         None => lk.bad(
             &format!("{path}.config_groups"),
-            "missing; expected one MXFP4 group (MODEL.md §2.4)",
+            "missing; expected one MXFP4 group (docs/formats.md#configjson-keys)",
         ),
     }
     let ignore = string_list(lk, obj, &path, "ignore");
@@ -135,7 +135,7 @@ fn read_group(lk: &mut Lookup<'_>, gp: &str, name: &str, gv: &Value) -> Option<Q
         None => {
             lk.bad(
                 &format!("{gp}.weights"),
-                "missing; expected the MXFP4 weight scheme (MODEL.md §2.4)",
+                "missing; expected the MXFP4 weight scheme (docs/formats.md#configjson-keys)",
             );
             return None;
         }
@@ -151,7 +151,7 @@ fn read_group(lk: &mut Lookup<'_>, gp: &str, name: &str, gv: &Value) -> Option<Q
                 lk.bad(
                     &p,
                     format!(
-                        "must be {must} (MXFP4, MODEL.md §2.4), found {}",
+                        "must be {must} (MXFP4, docs/formats.md#configjson-keys), found {}",
                         describe(other)
                     ),
                 );
@@ -160,7 +160,7 @@ fn read_group(lk: &mut Lookup<'_>, gp: &str, name: &str, gv: &Value) -> Option<Q
             None => {
                 lk.bad(
                     &p,
-                    format!("missing; must be {must} (MXFP4, MODEL.md §2.4)"),
+                    format!("missing; must be {must} (MXFP4, docs/formats.md#configjson-keys)"),
                 );
                 None
             }
@@ -174,7 +174,7 @@ fn read_group(lk: &mut Lookup<'_>, gp: &str, name: &str, gv: &Value) -> Option<Q
             lk.bad(
                 &format!("{wp}.type"),
                 format!(
-                    "must be \"float\" (MXFP4, MODEL.md §2.4), found {}",
+                    "must be \"float\" (MXFP4, docs/formats.md#configjson-keys), found {}",
                     describe(other)
                 ),
             );
@@ -183,7 +183,7 @@ fn read_group(lk: &mut Lookup<'_>, gp: &str, name: &str, gv: &Value) -> Option<Q
         None => {
             lk.bad(
                 &format!("{wp}.type"),
-                "missing; must be \"float\" (MXFP4, MODEL.md §2.4)",
+                "missing; must be \"float\" (MXFP4, docs/formats.md#configjson-keys)",
             );
             None
         }
@@ -194,7 +194,7 @@ fn read_group(lk: &mut Lookup<'_>, gp: &str, name: &str, gv: &Value) -> Option<Q
             lk.bad(
                 &format!("{wp}.symmetric"),
                 format!(
-                    "must be true (MXFP4, MODEL.md §2.4), found {}",
+                    "must be true (MXFP4, docs/formats.md#configjson-keys), found {}",
                     describe(other)
                 ),
             );
@@ -203,7 +203,7 @@ fn read_group(lk: &mut Lookup<'_>, gp: &str, name: &str, gv: &Value) -> Option<Q
         None => {
             lk.bad(
                 &format!("{wp}.symmetric"),
-                "missing; must be true (MXFP4, MODEL.md §2.4)",
+                "missing; must be true (MXFP4, docs/formats.md#configjson-keys)",
             );
             None
         }

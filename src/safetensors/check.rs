@@ -120,7 +120,7 @@ pub(super) fn tiling(
                 ),
             };
             return Err(Error::invalid(format!(
-                "{file}: file byte {}: {msg} (FORMATS.md §2.4: holes are refused as corruption)",
+                "{file}: file byte {}: {msg} (docs/formats.md#safetensors-shards: holes are refused as corruption)",
                 abs(cursor)
             )));
         }
@@ -133,7 +133,7 @@ pub(super) fn tiling(
             None => "an empty header".to_string(),
         };
         return Err(Error::invalid(format!(
-            "{file}: file byte {}: {} trailing bytes after {after}: the data section is {data_len} bytes (FORMATS.md §2.4)",
+            "{file}: file byte {}: {} trailing bytes after {after}: the data section is {data_len} bytes (docs/formats.md#safetensors-shards)",
             abs(cursor),
             data_len - cursor
         )));

@@ -143,7 +143,7 @@ impl PackedTrunk {
             })?;
             if let Some(t) = ts.iter().find(|t| t.0 != shard) {
                 return Err(Error::invalid(format!(
-                    "{dir}: layer {l}: trunk split across shards {} and {} ({} is in the latter); a packed trunk needs one run per layer (FORMATS.md §7.2)",
+                    "{dir}: layer {l}: trunk split across shards {} and {} ({} is in the latter); a packed trunk needs one run per layer (docs/formats.md#packed-trunk)",
                     index.shards()[shard].file_name,
                     index.shards()[t.0].file_name,
                     t.3
@@ -153,7 +153,7 @@ impl PackedTrunk {
                 let end = w[0].1 + w[0].2;
                 if w[1].1 != end {
                     return Err(Error::invalid(format!(
-                        "{dir}: layer {l}: trunk is not one gap-free run in {}: gap of {} bytes between {} (ends at byte {end}) and {} (begins at byte {}) (FORMATS.md §7.2)",
+                        "{dir}: layer {l}: trunk is not one gap-free run in {}: gap of {} bytes between {} (ends at byte {end}) and {} (begins at byte {}) (docs/formats.md#packed-trunk)",
                         index.shards()[shard].file_name,
                         w[1].1 as i128 - end as i128,
                         w[0].3,
@@ -318,7 +318,7 @@ impl PackedTrunk {
                     "F32" => Dtype::F32,
                     other => {
                         return Err(Error::invalid(format!(
-                            "{p}: {at}dtype {other}: a packed trunk holds BF16 and F32 tensors only (a quantised trunk is refused; FORMATS.md §7.3)"
+                            "{p}: {at}dtype {other}: a packed trunk holds BF16 and F32 tensors only (a quantised trunk is refused; docs/formats.md#packed-trunk)"
                         )))
                     }
                 };

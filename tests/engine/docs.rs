@@ -123,19 +123,7 @@ fn every_relative_link_in_readme_and_docs_resolves() {
 #[test]
 fn docs_named_by_the_command_line_exist() {
     let mut named = 0;
-    let mut dirs = vec![root().join("src/cli")];
-    let mut files = Vec::new();
-    while let Some(d) = dirs.pop() {
-        for e in std::fs::read_dir(d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                dirs.push(p);
-            } else {
-                files.push(p);
-            }
-        }
-    }
-    for p in files {
+    for p in rust_files(root().join("src/cli")) {
         let text = std::fs::read_to_string(&p).unwrap();
         let mut rest = text.as_str();
         while let Some(i) = rest.find("docs/") {
@@ -170,6 +158,70 @@ fn readme_and_help_cite_no_spec_outside_the_repository() {
             );
         }
     }
+}
+
+/// Every `.rs` file under `dir`, recursively.
+fn rust_files(dir: PathBuf) -> Vec<PathBuf> {
+    let mut dirs = vec![dir];
+    let mut files = Vec::new();
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// Text a user sees (string literals, outside `//` comment lines) never cites a spec file that
+/// is not in the repository, and every `docs/….md#anchor` it cites names a real heading.
+#[test]
+fn messages_cite_no_spec_outside_the_repository() {
+    let mut bad = Vec::new();
+    let mut cited = 0;
+    for p in rust_files(root().join("src")) {
+        let text = std::fs::read_to_string(&p).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            for spec in ["ENGINE.md", "FORMATS.md", "MODEL.md", "TOKENIZER.md"] {
+                if line.contains(spec) {
+                    bad.push(format!("{}:{}: cites {spec}", p.display(), n + 1));
+                }
+            }
+            let mut rest = line;
+            while let Some(i) = rest.find("docs/") {
+                rest = &rest[i..];
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || "/._-#".contains(c)))
+                    .unwrap_or(rest.len());
+                let target = rest[..end].trim_end_matches('.');
+                if let Some((file, a)) = target.split_once('#') {
+                    cited += 1;
+                    let path = root().join(file);
+                    if !path.exists() || !anchors(&path).iter().any(|h| h == a) {
+                        bad.push(format!(
+                            "{}:{}: {target} does not resolve",
+                            p.display(),
+                            n + 1
+                        ));
+                    }
+                }
+                rest = &rest[end..];
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    assert!(
+        cited >= 20,
+        "only {cited} docs citations with an anchor found"
+    );
 }
 
 #[test]

@@ -158,7 +158,7 @@ fn check_tensors(
     let specs = layer_suffixes(cfg, l.layer);
     if l.tensors.len() != specs.len() {
         return Err(Error::invalid(format!(
-            "{lp}: {} tensors, but the catalogue has {} trunk tensors for this layer (MODEL.md §4)",
+            "{lp}: {} tensors, but the catalogue has {} trunk tensors for this layer (docs/formats.md#tensor-names)",
             l.tensors.len(),
             specs.len()
         )));

@@ -548,13 +548,13 @@ fn census_reports_every_problem_together() {
         &dir,
         &[
             "tensor census found 7 problems",
-            &format!("{L1}self_attn.q_projection.weight (in {SHARD2}): not in the MODEL.md §4 catalogue for layer 1 (KDA, MoE)"),
+            &format!("{L1}self_attn.q_projection.weight (in {SHARD2}): not in the tensor catalogue (docs/formats.md#tensor-names) for layer 1 (KDA, MoE)"),
             &format!("{L1}self_attn.q_proj.weight: missing"),
-            &format!("{L1}self_attn.k_proj.weight: shape [128, 64] but MODEL.md §4 requires [64, 128]"),
-            &format!("{L1}self_attn.v_proj.weight: dtype F16 but MODEL.md §4 requires BF16"),
-            &format!("{L1}block_sparse_moe.experts.3.w1.weight (in {SHARD2}): not in the MODEL.md §4 catalogue (routed experts must be MXFP4"),
+            &format!("{L1}self_attn.k_proj.weight: shape [128, 64] but docs/formats.md#tensor-names requires [64, 128]"),
+            &format!("{L1}self_attn.v_proj.weight: dtype F16 but docs/formats.md#tensor-names requires BF16"),
+            &format!("{L1}block_sparse_moe.experts.3.w1.weight (in {SHARD2}): not in the tensor catalogue (docs/formats.md#tensor-names) (routed experts must be MXFP4"),
             &format!("{L1}block_sparse_moe.experts.3.w1.weight_packed: missing"),
-            &format!("{L1}block_sparse_moe.experts.4.w2.weight_scale: dtype F8_E8M0 but MODEL.md §4 requires U8 (a routed expert in another encoding is refused"),
+            &format!("{L1}block_sparse_moe.experts.4.w2.weight_scale: dtype F8_E8M0 but docs/formats.md#tensor-names requires U8 (a routed expert in another encoding is refused"),
         ],
     );
 }
@@ -599,7 +599,7 @@ fn census_refuses_names_outside_the_prefixes_and_layers_or_experts_that_do_not_e
         &[
             "language_model.model.layers.12.input_layernorm.weight (in model-00005-of-00007.safetensors): layer 12 does not exist (num_hidden_layers = 12)",
             "experts.7.w1.weight_packed (in model-00002-of-00007.safetensors): expert 7 does not exist (num_experts = 7)",
-            "gate.weight: shape [8, 128] but MODEL.md §4 requires [7, 128]",
+            "gate.weight: shape [8, 128] but docs/formats.md#tensor-names requires [7, 128]",
         ],
     );
     // Experts on a dense layer.

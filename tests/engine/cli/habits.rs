@@ -193,6 +193,27 @@ fn completions_parse_and_name_every_subcommand_and_flag() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
+    // A flag's value is not the subcommand (`k3 -n 4 ver` completes `verify`), and
+    // `--incremental`, accepted but doing nothing, is never offered.
+    let script = format!(
+        "source {}; for w in 'k3 -n 4 ver' 'k3 --gen 4 -p hi ver' 'k3 --gen=4 dir --prompt-' \
+         'k3 -n 4 verify --w' 'k3 dir --inc'; do \
+         COMP_WORDS=($w); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); _k3; echo \"${{COMPREPLY[*]}}\"; done",
+        f.display()
+    );
+    let o = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "verify\nverify\n--prompt-file\n--write-sums\n\n",
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(!bash.contains("--incremental"), "{bash}");
     let (code, zsh, _) = k3(&["completions", "zsh"]);
     assert_eq!(code, 0);
     let zsh = String::from_utf8(zsh).unwrap();
@@ -206,6 +227,7 @@ fn completions_parse_and_name_every_subcommand_and_flag() {
         Ok(o) => assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr)),
         Err(_) => eprintln!("SKIPPED: zsh -n (zsh not installed)"),
     }
+    assert!(!zsh.contains("--incremental"), "{zsh}");
     for script in [&bash, &zsh] {
         let words: Vec<&str> = script
             .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
@@ -227,4 +249,35 @@ fn completions_parse_and_name_every_subcommand_and_flag() {
     let (code, _, err) = k3(&["completions", "fish"]);
     assert_eq!(code, 2);
     assert!(err.contains("bash"), "{err}");
+}
+
+/// A short flag takes `=VALUE` as its long form does: `-p=hi` is `--prompt=hi` (it was once a
+/// second "model directory").
+#[test]
+fn short_flags_take_an_inline_value_like_long_ones() {
+    let m = text_model();
+    let long = k3(&[&m, "--prompt=hi", "--gen=2"]);
+    assert_eq!(long.0, 0, "{}", long.2);
+    let short = k3(&[&m, "-p=hi", "-n=2"]);
+    assert_eq!(short.0, 0, "{}", short.2);
+    assert_eq!(short.1, long.1);
+}
+
+/// An integer flag's value too large for it says so, with the limit, instead of "is not an
+/// integer".
+#[test]
+fn integer_flags_too_large_name_the_range() {
+    let m = text_model();
+    for flag in ["-n", "--gen", "--threads", "--prefill-chunk", "--layers"] {
+        let (code, _, err) = k3(&[&m, "-p", "hi", flag, "99999999999999999999"]);
+        assert_eq!(code, 2, "{flag}: {err}");
+        assert!(
+            err.contains("too large") && err.contains(&usize::MAX.to_string()),
+            "{flag}: {err}"
+        );
+    }
+    // Not a number at all is still that.
+    let (code, _, err) = k3(&[&m, "-p", "hi", "-n", "4x"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("is not a non-negative integer"), "{err}");
 }

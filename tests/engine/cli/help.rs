@@ -91,3 +91,28 @@ fn help_version_and_presets_to_a_full_disk_exit_4() {
         assert!(err.contains("standard output"), "{args:?}: {err}");
     }
 }
+
+/// `--help`, `--version` and `--list-presets` take no arguments: an extra one is exit 2 naming
+/// it, not ignored (`k3 --version --bogus` once printed the version and exited 0).
+#[test]
+fn help_version_and_presets_refuse_extra_arguments() {
+    for args in [
+        &["--version", "--bogus"][..],
+        &["-V", "extra"],
+        &["--help", "extra"],
+        &["-h", "--bogus"],
+        &["--list-presets", "extra"],
+        &["help", "verify", "extra"],
+    ] {
+        let o = run_k3(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        let extra = args.last().unwrap();
+        assert!(err.contains(&format!("`{extra}`")), "{args:?}: {err}");
+        assert!(o.stdout.is_empty(), "{args:?}");
+    }
+    // Alone they still work.
+    for args in [["--version"], ["--help"], ["--list-presets"]] {
+        assert_eq!(run_k3(args).status.code(), Some(0), "{args:?}");
+    }
+}

@@ -336,7 +336,9 @@ fn census_problems_exit_2_after_printing_the_report() {
         "{stderr}"
     );
     assert!(
-        stderr.contains("gate.weight: shape [8, 128] but MODEL.md §4 requires [16, 128]"),
+        stderr.contains(
+            "gate.weight: shape [8, 128] but docs/formats.md#tensor-names requires [16, 128]"
+        ),
         "{stderr}"
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
