@@ -104,7 +104,7 @@ Memory (decimal GB, fractions allowed; see k3 --list-presets):
   --cache-gb X         expert-cache budget (at least top-k experts)
   --cache-policy NAME  lru, fifo, sieve, s3-fifo, arc, 2q, lfu-da, lfu (default lfu)
 Sessions:
-  --save-state PATH    save the sequence at the end (FORMATS.md §9; the last id stays pending)
+  --save-state PATH    save the sequence at the end (docs/formats.md#session-state-file; the last id stays pending)
   --load-state PATH    continue a saved sequence (then --ids/--prompt append, optional)
 ";
 

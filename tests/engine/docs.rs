@@ -230,8 +230,8 @@ fn the_link_scanner_sees_links_and_skips_code() {
     assert_eq!(links(t), vec!["docs/a.md", "b.md#h"]);
     assert_eq!(slug(" Exit codes"), "exit-codes");
     assert_eq!(
-        slug("Session state file (planned)"),
-        "session-state-file-planned"
+        slug("Session state file (v1)"),
+        "session-state-file-v1"
     );
 }
 
