@@ -291,7 +291,7 @@ fn write_sums_never_overwrites_an_input() {
     }
     let (code, out, err) = k3(&["verify", s(&dir), "--sums", s(&list)]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("sha256: 8 files match"), "{out}");
+    assert!(out.contains("sha256: 9 files match"), "{out}");
 }
 
 /// Tokenizer files in the model directory are loaded as a run loads them: a damaged one is
@@ -301,7 +301,10 @@ fn a_broken_tokenizer_in_the_model_dir_is_named() {
     let dir = text_copy("verify_tok_ok");
     let (code, out, err) = k3(&["verify", s(&dir)]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("tokenizer: tiktoken.model and tokenizer_config.json load"), "{out}");
+    assert!(
+        out.contains("tokenizer: tiktoken.model and tokenizer_config.json load"),
+        "{out}"
+    );
     let dir = text_copy("verify_tok_truncated");
     let f = std::fs::OpenOptions::new()
         .write(true)
@@ -364,7 +367,10 @@ fn duplicate_and_escaped_sums_lines() {
     let (code, _, err) = k3(&["verify", s(&dir), "--write-sums", s(&list)]);
     assert_eq!(code, 0, "{err}");
     let written = std::fs::read_to_string(&list).unwrap();
-    assert!(written.contains("  a\\\\b\n") && written.contains("  c\\nd\n"), "{written}");
+    assert!(
+        written.contains("  a\\\\b\n") && written.contains("  c\\nd\n"),
+        "{written}"
+    );
     if let Ok(o) = Command::new("sha256sum")
         .args(["a\\b", "c\nd"])
         .current_dir(&dir)
