@@ -4,11 +4,13 @@
 //! Always: the config, every shard's header and bounds and the tensor census (what `k3 inspect`
 //! checks: a truncated or padded shard fails its header's tiling check; an absent shard that
 //! holds a needed tensor is named once); a tensor byte total other than the index's `metadata.total_size` is
-//! a warning (the field is informational).
+//! a warning (the field is informational; with shards absent that hold nothing k3 needs, a
+//! total above the present bytes is only noted). Tokenizer files in the directory are loaded
+//! as a run loads them.
 //! With `--sums`: each listed file's SHA-256, streamed in 8 MiB reads through the I/O layer,
 //! against a `sha256sum`-format list; the first mismatch stops with the file's name.
 //! With `--write-sums`: the SHA-256 of every file in the directory, written in `sha256sum`
-//! format (atomically, like every output).
+//! format (atomically, like every output), never over a file verify reads or lists (io::out).
 //!
 //! Exit 0 when everything checks; exit 2 for a damaged, missing or mismatching file (the data
 //! on disk is invalid input; the message says which one file to download again); exit 4 for a
@@ -59,20 +61,29 @@ pub fn run(argv: &[OsString]) -> Result<()> {
             "verify: give --sums FILE or --write-sums FILE, not both",
         ));
     }
-    // The output is checked (its temporary created) before hours of reading.
+    // The headers are read first (seconds); the output is checked against every file verify
+    // reads or lists, by any spelling or link (io::out, as a run's `--out`), and its temporary
+    // created, before hours of hashing and before anything is written.
+    let (mut text, inputs) = structure(&dir)?;
+    let mut listed = Vec::new();
     let mut out_file = match &write {
-        Some(p) => Some(OutFile::create("--write-sums", p, "the checksum list")?),
+        Some(p) => {
+            listed = dir_files(&dir, p)?;
+            let mut all = inputs;
+            all.extend(listed.iter().map(|f| dir.join(f)));
+            let all: Vec<&Path> = all.iter().map(PathBuf::as_path).collect();
+            crate::io::out::check_outputs(&[("--write-sums", p.clone())], &[], &all)?;
+            Some(OutFile::create("--write-sums", p, "the checksum list")?)
+        }
         None => None,
     };
-    let mut text = structure(&dir)?;
     match (&sums, &mut out_file) {
         (Some(list), _) => {
             let entries = parse_sums(list)?;
             text += &check_sums(&dir, list, &entries)?;
         }
         (None, Some(out)) => {
-            let files = dir_files(&dir, out.path())?;
-            let (body, summary) = write_sums(&dir, &files)?;
+            let (body, summary) = write_sums(&dir, &listed)?;
             out.write_all(body.as_bytes())?;
             text += &summary;
         }
@@ -90,8 +101,10 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     crate::cli::write_stdout(text.as_bytes())
 }
 
-/// The checks that need no checksum; returns the report lines.
-fn structure(dir: &Path) -> Result<String> {
+/// The checks that need no checksum; returns the report lines and the files read (the
+/// config, the index, every shard the index lists, the tokenizer files), which no output may
+/// replace.
+fn structure(dir: &Path) -> Result<(String, Vec<PathBuf>)> {
     if !dir.is_dir() {
         return Err(Error::invalid(format!(
             "{}: not a directory (usage: k3 verify <model_dir>)",
@@ -100,6 +113,16 @@ fn structure(dir: &Path) -> Result<String> {
     }
     let cfg = Config::from_file(&dir.join("config.json"))?;
     let index = TensorIndex::open(dir)?;
+    let mut inputs: Vec<PathBuf> = [
+        "config.json",
+        INDEX_FILE,
+        crate::tokenizer::TIKTOKEN_FILE,
+        crate::tokenizer::CONFIG_FILE,
+    ]
+    .iter()
+    .map(|n| dir.join(n))
+    .collect();
+    inputs.extend(index.shards().iter().map(|s| s.path.clone()));
     let mut text = String::new();
     let absent: Vec<&str> = index
         .shards()
@@ -107,50 +130,97 @@ fn structure(dir: &Path) -> Result<String> {
         .filter(|s| !s.present)
         .map(|s| s.file_name.as_str())
         .collect();
-    let mut tensor_bytes = 0u64;
-    index.for_each(|_, _, t| tensor_bytes += t.nbytes);
-    // `total_size` is informational (written by the exporter, not checked on load): a
-    // difference is reported, not refused; each shard's own tiling check has already passed.
-    if let Some(total) = index_total_size(dir)? {
-        if total != tensor_bytes {
-            let _ = writeln!(
-                text,
-                "warning: {}: metadata.total_size is {total} bytes but the shards' tensors hold \
-                 {tensor_bytes} bytes: a shard may come from another release; --sums tells which",
-                dir.join(INDEX_FILE).display()
-            );
-        }
-    }
     // An absent shard holding a needed tensor is named (once) by the census; one holding
     // none (the vision tower) is only noted.
     Census::run(&cfg, &index).check(&dir.display().to_string())?;
+    let mut tensor_bytes = 0u64;
+    index.for_each(|_, _, t| tensor_bytes += t.nbytes);
+    let n_shards = index.shards().len();
+    let n_present = n_shards - absent.len();
+    if let Some(total) = index_total_size(dir)? {
+        total_size_line(&mut text, dir, total, tensor_bytes, &absent, n_present);
+    }
     if !absent.is_empty() {
+        let one = absent.len() == 1;
         let _ = writeln!(
             text,
             "note: {} listed in {INDEX_FILE} {} not present ({}); {} no tensor k3 needs",
-            if absent.len() == 1 {
-                "1 shard"
-            } else {
-                "shards"
-            },
-            if absent.len() == 1 { "is" } else { "are" },
+            if one { "1 shard" } else { "shards" },
+            if one { "is" } else { "are" },
             absent.join(", "),
-            if absent.len() == 1 {
-                "it holds"
-            } else {
-                "they hold"
-            }
+            if one { "it holds" } else { "they hold" }
+        );
+    }
+    // Tokenizer files in the model directory are loaded as a run would load them.
+    if crate::tokenizer::looks_like_tokenizer_dir(dir) {
+        let tok = crate::tokenizer::Tokenizer::load(dir)?;
+        tok.check_vocab_size(cfg.vocab_size).map_err(|e| {
+            Error::invalid(format!(
+                "{}: {}; the tokenizer files do not belong to this model",
+                dir.join(crate::tokenizer::TIKTOKEN_FILE).display(),
+                e.message
+            ))
+        })?;
+        let _ = writeln!(
+            text,
+            "tokenizer: {} and {} load ({} ranks + {} special ids = vocab_size)",
+            crate::tokenizer::TIKTOKEN_FILE,
+            crate::tokenizer::CONFIG_FILE,
+            tok.num_ranks(),
+            tok.vocab_size() - tok.num_ranks()
         );
     }
     let file_bytes: u64 = index.shards().iter().map(|s| s.file_size).sum();
+    let shards = if absent.is_empty() {
+        format!("{n_shards} shards")
+    } else {
+        format!("{n_present} of {n_shards} shards present")
+    };
     let _ = writeln!(
         text,
-        "{}: {} shards, {} tensors, {file_bytes} bytes: headers, bounds and census ok",
+        "{}: {shards}, {} tensors, {file_bytes} bytes: headers, bounds and census ok",
         dir.display(),
-        index.shards().len(),
         index.len()
     );
-    Ok(text)
+    Ok((text, inputs))
+}
+
+/// The report line for the index's `metadata.total_size` against the `tensor_bytes` of the
+/// present shards. `total_size` is informational (written by the exporter, not checked on
+/// load): a difference is reported, not refused; each shard's own tiling check has already
+/// passed. With shards `absent` (holding no needed tensor: the census passed), their tensors'
+/// bytes cannot be known, so a total above the present bytes is only a note saying so.
+fn total_size_line(
+    text: &mut String,
+    dir: &Path,
+    total: u64,
+    tensor_bytes: u64,
+    absent: &[&str],
+    n_present: usize,
+) {
+    if total == tensor_bytes {
+        return;
+    }
+    let index = dir.join(INDEX_FILE);
+    if !absent.is_empty() && total > tensor_bytes {
+        let _ = writeln!(
+            text,
+            "note: {}: metadata.total_size is {total} bytes for all shards; the {n_present} \
+             present shards' tensors hold {tensor_bytes} bytes, the other {} bytes are in the \
+             absent {} (not checked)",
+            index.display(),
+            total - tensor_bytes,
+            absent.join(", ")
+        );
+    } else {
+        let _ = writeln!(
+            text,
+            "warning: {}: metadata.total_size is {total} bytes but the {}shards' tensors hold \
+             {tensor_bytes} bytes: a shard may come from another release; --sums tells which",
+            index.display(),
+            if absent.is_empty() { "" } else { "present " }
+        );
+    }
 }
 
 /// `metadata.total_size` of the index file, when there is an index file that has one.
@@ -187,12 +257,18 @@ pub struct SumEntry {
 }
 
 /// Parses `sha256sum` output: `<64 hex>  <name>` or `<64 hex> *<name>` per line; blank lines
-/// and `#` comments are skipped.
+/// and `#` comments are skipped. A line starting with `\` has an escaped name (`\\` for a
+/// backslash, `\n` for a newline, `\r` for a carriage return), as `sha256sum` writes for
+/// such names. A file listed twice (the same name, also spelled with `./` or doubled `/`)
+/// with the same digest is kept once.
 ///
-/// Errors (exit 2): a malformed line, or a name that leaves the directory (absolute or `..`),
-/// naming the list file and line number.
+/// Errors (exit 2): a malformed line, a name that leaves the directory (absolute or `..`), a
+/// bad escape, or a file listed twice with different digests, naming the list file and the
+/// line numbers.
 pub fn parse_sums_text(label: &str, text: &str) -> Result<Vec<SumEntry>> {
-    let mut out = Vec::new();
+    let mut out: Vec<SumEntry> = Vec::new();
+    // (normalized name, line number) of each entry of `out`.
+    let mut keys: Vec<(String, usize)> = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim_end_matches('\r');
         if line.trim().is_empty() || line.starts_with('#') {
@@ -204,28 +280,90 @@ pub fn parse_sums_text(label: &str, text: &str) -> Result<Vec<SumEntry>> {
                 i + 1
             ))
         };
+        let (escaped, line) = match line.strip_prefix('\\') {
+            Some(rest) => (true, rest),
+            None => (false, line),
+        };
         let (hex, rest) = line.split_at_checked(64).ok_or_else(|| bad("too short"))?;
         if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(bad("the digest is not 64 hex digits"));
         }
-        let name = rest
+        let raw = rest
             .strip_prefix("  ")
             .or_else(|| rest.strip_prefix(" *"))
             .ok_or_else(|| bad("no two-character separator after the digest"))?;
+        let name = if escaped {
+            unescape_name(raw).ok_or_else(|| {
+                bad("a backslash in the file name is not followed by `\\`, `n` or `r`")
+            })?
+        } else {
+            raw.to_string()
+        };
         if name.is_empty() || name.starts_with('/') || name.split('/').any(|c| c == "..") {
             return Err(bad(&format!(
                 "file name `{name}` is empty or leaves the model directory"
             )));
         }
-        out.push(SumEntry {
-            hex: hex.to_ascii_lowercase(),
-            name: name.to_string(),
-        });
+        let hex = hex.to_ascii_lowercase();
+        let key = name_key(&name);
+        if let Some(j) = keys.iter().position(|(k, _)| *k == key) {
+            if out[j].hex != hex {
+                return Err(Error::invalid(format!(
+                    "{label}: lines {} and {} list `{name}` with different digests; keep the right one",
+                    keys[j].1,
+                    i + 1
+                )));
+            }
+            continue;
+        }
+        keys.push((key, i + 1));
+        out.push(SumEntry { hex, name });
     }
     if out.is_empty() {
         return Err(Error::invalid(format!("{label}: no checksum lines")));
     }
     Ok(out)
+}
+
+/// A sums-list name with `sha256sum`'s escapes undone; `None` for an unknown escape.
+fn unescape_name(raw: &str) -> Option<String> {
+    let mut name = String::with_capacity(raw.len());
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            name.push(c);
+            continue;
+        }
+        name.push(match chars.next()? {
+            '\\' => '\\',
+            'n' => '\n',
+            'r' => '\r',
+            _ => return None,
+        });
+    }
+    Some(name)
+}
+
+/// One `sha256sum` line for `name`: escaped (a leading `\`) when the name holds a backslash,
+/// newline or carriage return, as `sha256sum` writes it.
+fn sums_line(hex: &str, name: &str) -> String {
+    if !name.contains(['\\', '\n', '\r']) {
+        return format!("{hex}  {name}\n");
+    }
+    let esc = name
+        .replace('\\', "\\\\")
+        .replace('\n', "\\n")
+        .replace('\r', "\\r");
+    format!("\\{hex}  {esc}\n")
+}
+
+/// The name a list entry is compared by: `./` and empty components dropped.
+fn name_key(name: &str) -> String {
+    let parts: Vec<&str> = name
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect();
+    parts.join("/")
 }
 
 fn parse_sums(list: &Path) -> Result<Vec<SumEntry>> {
@@ -313,7 +451,7 @@ fn write_sums(dir: &Path, files: &[String]) -> Result<(String, String)> {
     let mut total = 0u64;
     for (name, (d, n)) in files.iter().zip(&digests) {
         total += n;
-        let _ = writeln!(body, "{}  {name}", to_hex(d));
+        body += &sums_line(&to_hex(d), name);
     }
     let summary = format!(
         "sha256: {} hashed ({})\n",
@@ -447,5 +585,20 @@ mod tests {
             let e = parse_sums_text("l", bad).unwrap_err();
             assert!(e.message.starts_with("l: line 1:"), "{}", e.message);
         }
+    }
+
+    #[test]
+    fn sums_lines_escaped_and_duplicated() {
+        let h = "a".repeat(64);
+        let t = format!("\\{h}  a\\\\b\\nc\n{h}  x\n{h}  ./x\n{h}  y//z\n{h}  y/z\n");
+        let v = parse_sums_text("l", &t).unwrap();
+        assert_eq!(v.len(), 3, "{v:?}");
+        assert_eq!(v[0].name, "a\\b\nc");
+        assert_eq!(sums_line(&h, &v[0].name), format!("\\{h}  a\\\\b\\nc\n"));
+        assert_eq!(sums_line(&h, "x"), format!("{h}  x\n"));
+        let e = parse_sums_text("l", &format!("\\{h}  a\\qb")).unwrap_err();
+        assert!(e.message.starts_with("l: line 1:"), "{}", e.message);
+        let e = parse_sums_text("l", &format!("{h}  x\n\n{}  ./x\n", "b".repeat(64))).unwrap_err();
+        assert!(e.message.contains("lines 1 and 3"), "{}", e.message);
     }
 }

@@ -239,3 +239,150 @@ fn a_total_size_other_than_the_tensor_bytes_is_a_warning() {
         "{out}"
     );
 }
+
+/// The text fixture with its tokenizer files, copied to `scratch`.
+fn text_copy(scratch: &str) -> std::path::PathBuf {
+    let dir = copy_checkpoint("tiny-k3-text", scratch);
+    std::fs::copy(
+        fixture("tiny-k3-text/tiktoken.model"),
+        dir.join("tiktoken.model"),
+    )
+    .unwrap();
+    dir
+}
+
+/// `--write-sums` naming a file verify reads (a shard, the config, the index, a tokenizer
+/// file), by any spelling, symlink or hard link, is exit 2 and writes nothing; a new name
+/// inside the model directory, or the list it wrote before, stays allowed.
+#[test]
+fn write_sums_never_overwrites_an_input() {
+    let dir = text_copy("verify_out_input");
+    let outside = scratch_dir("verify_out_input_links");
+    let shard = dir.join("model-00002-of-00005.safetensors");
+    std::os::unix::fs::symlink(&shard, outside.join("sym")).unwrap();
+    std::fs::hard_link(&shard, outside.join("hard")).unwrap();
+    std::fs::hard_link(dir.join("tiktoken.model"), outside.join("hard_tok")).unwrap();
+    let before = sha2_list(&dir);
+    let dotted = format!("{}/../verify_out_input/./config.json", s(&dir));
+    let targets = [
+        shard.clone(),
+        dir.join("model-00005-of-00005.safetensors"),
+        dir.join("config.json"),
+        dir.join("model.safetensors.index.json"),
+        dir.join("tiktoken.model"),
+        dir.join("tokenizer_config.json"),
+        dotted.into(),
+        outside.join("sym"),
+        outside.join("hard"),
+        outside.join("hard_tok"),
+    ];
+    for t in &targets {
+        let (code, _, err) = k3(&["verify", s(&dir), "--write-sums", s(t)]);
+        assert_eq!(code, 2, "{}: {err}", t.display());
+        assert!(err.contains("--write-sums"), "{err}");
+        assert!(err.contains("an input"), "{err}");
+        assert_eq!(sha2_list(&dir), before, "{}", t.display());
+    }
+    // A new name inside the model directory, then the same list again, are fine.
+    let list = dir.join("SHA256SUMS");
+    for _ in 0..2 {
+        let (code, _, err) = k3(&["verify", s(&dir), "--write-sums", s(&list)]);
+        assert_eq!(code, 0, "{err}");
+    }
+    let (code, out, err) = k3(&["verify", s(&dir), "--sums", s(&list)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("sha256: 9 files match"), "{out}");
+}
+
+/// Tokenizer files in the model directory are loaded as a run loads them: a damaged one is
+/// exit 2 naming it.
+#[test]
+fn a_broken_tokenizer_in_the_model_dir_is_named() {
+    let dir = text_copy("verify_tok_ok");
+    let (code, out, err) = k3(&["verify", s(&dir)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("tokenizer: tiktoken.model and tokenizer_config.json load"),
+        "{out}"
+    );
+    let dir = text_copy("verify_tok_truncated");
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("tiktoken.model"))
+        .unwrap();
+    f.set_len(1_000_000).unwrap();
+    let (code, _, err) = k3(&["verify", s(&dir)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("tiktoken.model"), "{err}");
+    let dir = text_copy("verify_tok_config");
+    std::fs::write(dir.join("tokenizer_config.json"), "{\n").unwrap();
+    let (code, _, err) = k3(&["verify", s(&dir)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("tokenizer_config.json"), "{err}");
+    let dir = text_copy("verify_tok_half");
+    std::fs::remove_file(dir.join("tokenizer_config.json")).unwrap();
+    let (code, _, err) = k3(&["verify", s(&dir)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("tokenizer_config.json"), "{err}");
+}
+
+/// Without the vision-only shard, the total size is not called a sign of another release,
+/// and the shard count says how many are present.
+#[test]
+fn an_absent_vision_shard_is_counted_and_not_a_total_size_warning() {
+    let dir = text_copy("verify_no_vision");
+    std::fs::remove_file(dir.join("model-00005-of-00005.safetensors")).unwrap();
+    let (code, out, err) = k3(&["verify", s(&dir)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("warning"), "{out}");
+    assert!(!out.contains("another release"), "{out}");
+    assert!(out.contains("4 of 5 shards present"), "{out}");
+    assert!(
+        out.contains("bytes are in the absent model-00005-of-00005.safetensors (not checked)"),
+        "{out}"
+    );
+}
+
+/// A file listed twice is counted once, or refused with both line numbers when the digests
+/// differ; sha256sum's escaped lines (names with a backslash or newline) are read and written.
+#[test]
+fn duplicate_and_escaped_sums_lines() {
+    let dir = copy_checkpoint("tiny-k3", "verify_dup");
+    let list = scratch_dir("verify_dup_out").join("SHA256SUMS");
+    let good = sha2_list(&dir);
+    let first = good.lines().next().unwrap();
+    let name = &first[66..];
+    std::fs::write(&list, format!("{good}{}  ./{name}\n", &first[..64])).unwrap();
+    let (code, out, err) = k3(&["verify", s(&dir), "--sums", s(&list)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("sha256: 9 files match"), "{out}");
+    std::fs::write(&list, format!("{good}{}  {name}\n", "0".repeat(64))).unwrap();
+    let (code, _, err) = k3(&["verify", s(&dir), "--sums", s(&list)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("lines 1 and 10"), "{err}");
+    assert!(err.contains("different digests"), "{err}");
+    // Names sha256sum escapes.
+    std::fs::write(dir.join("a\\b"), b"backslash").unwrap();
+    std::fs::write(dir.join("c\nd"), b"newline").unwrap();
+    let (code, _, err) = k3(&["verify", s(&dir), "--write-sums", s(&list)]);
+    assert_eq!(code, 0, "{err}");
+    let written = std::fs::read_to_string(&list).unwrap();
+    assert!(
+        written.contains("  a\\\\b\n") && written.contains("  c\\nd\n"),
+        "{written}"
+    );
+    if let Ok(o) = Command::new("sha256sum")
+        .args(["a\\b", "c\nd"])
+        .current_dir(&dir)
+        .output()
+    {
+        if o.status.success() {
+            for l in String::from_utf8(o.stdout).unwrap().lines() {
+                assert!(written.contains(&format!("{l}\n")), "{l:?} in {written}");
+            }
+        }
+    }
+    let (code, out, err) = k3(&["verify", s(&dir), "--sums", s(&list)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("sha256: 11 files match"), "{out}");
+}
