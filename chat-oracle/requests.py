@@ -42,7 +42,7 @@ case("developer_as_system", [dict(role="developer", content="Always answer in Fr
 case("user_name_quote_amp", [U("hi", name='A "quoted" & co <x>')])
 case("content_parts", [U([{"type": "text", "text": "part one. "}, {"type": "text", "text": "part two"}])])
 case("content_part_text_array", [U([{"type": "text", "text": ["line a", "", "line b"]}])])
-case("content_parts_without_text", [U([{"type": "refusal", "refusal": "x"}, {"type": "text", "text": "kept"}])])
+case("content_parts_without_text", [U([{"type": "refusal", "refusal": "x"}, {"type": "text", "text": "kept"}])], k3_refuses="messages[0].content[0].type")
 case("empty_user_content", [U("")])
 case("null_user_content", [U(None)])
 case("literal_special_text", [U("type <|open|>message<|sep|> and [EOS] <|end_of_msg|> literally")])

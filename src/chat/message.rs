@@ -2,7 +2,7 @@
 //! the reference fixes": roles, content and parts, reasoning, tool calls and their
 //! arguments, `partial`). Errors name the field as `messages[i].…` (exit 2).
 
-use super::messages::{bad, present};
+use super::messages::{bad, check_tool_name, present};
 use crate::error::Result;
 use crate::json::{Object, Value};
 
@@ -159,15 +159,18 @@ pub(super) fn message(v: &Value, i: usize, last: bool) -> Result<Message> {
             "missing (a system message needs `content` or `tools`)",
         ));
     }
-    let str_of = |k: &str| m.get(k).and_then(Value::as_str).map(str::to_string);
+    let name = opt_str(m, "name", &at)?;
+    let tool_call_id = opt_str(m, "tool_call_id", &at)?;
+    let id = opt_str(m, "id", &at)?;
+    let tool = opt_str(m, "tool", &at)?;
     let mut msg = Message {
         role,
-        name: str_of("name").filter(|n| !n.is_empty()),
+        name: name.clone().filter(|n| !n.is_empty()),
         content,
         reasoning: None,
         tool_calls: Vec::new(),
-        tool_call_id: str_of("tool_call_id").or_else(|| str_of("id")),
-        tool: str_of("tool").or_else(|| str_of("name")),
+        tool_call_id: tool_call_id.or(id),
+        tool: tool.or(name),
         tools,
         partial,
     };
@@ -184,35 +187,77 @@ pub(super) fn message(v: &Value, i: usize, last: bool) -> Result<Message> {
     Ok(msg)
 }
 
-/// Content → text segments: a string; an array of parts whose `text` is rendered (a `text`
-/// array of strings joined with "\n"; parts without `text` dropped; image parts refused);
-/// any other value as compact JSON.
+/// Content → text segments: a string, or an array of parts (see [`part`]).
+///
+/// Errors: any other value, naming the field and the type found.
 fn content(c: &Value, field: &str) -> Result<Vec<String>> {
     match c {
         Value::String(s) => Ok(vec![s.clone()]),
-        Value::Array(parts) => {
-            let mut out = Vec::new();
-            for (j, part) in parts.iter().enumerate() {
-                let kind = part.get("type").and_then(Value::as_str);
-                if matches!(kind, Some("image" | "image_url" | "input_image")) {
-                    return Err(bad(
-                        &format!("{field}[{j}].type"),
-                        "image parts are not supported (k3 is text-only)",
-                    ));
-                }
-                if let Some(t) = part.get("text") {
-                    out.push(body_text(t, &format!("{field}[{j}].text"))?);
-                }
-            }
-            Ok(out)
-        }
-        other => Ok(vec![body_text(other, field)?]),
+        Value::Array(parts) => parts
+            .iter()
+            .enumerate()
+            .map(|(j, p)| part(p, &format!("{field}[{j}]")))
+            .collect(),
+        other => Err(bad(
+            field,
+            format!(
+                "expected a string or an array of parts, found {}",
+                other.type_name()
+            ),
+        )),
     }
 }
 
-/// A body value as text: a string; an array of strings joined with "\n" (empty ones
-/// dropped); anything else as compact JSON.
-fn body_text(v: &Value, field: &str) -> Result<String> {
+/// One content part: `{"type": "text", "text": …}` renders its text; image, audio, video
+/// and file parts are refused by name (k3 is text-only), as is any other part type, a part
+/// without `type` and a part that is not an object (nothing is dropped silently).
+fn part(p: &Value, field: &str) -> Result<String> {
+    let Some(o) = p.as_object() else {
+        return Err(bad(
+            field,
+            format!("expected a content part object, found {}", p.type_name()),
+        ));
+    };
+    let type_field = format!("{field}.type");
+    let kind = match o.get("type") {
+        Some(Value::String(t)) => t.as_str(),
+        Some(v) => {
+            return Err(bad(
+                &type_field,
+                format!("expected a string, found {}", v.type_name()),
+            ))
+        }
+        None => return Err(bad(&type_field, "missing (expected \"text\")")),
+    };
+    let media = match kind {
+        "text" => {
+            let text_field = format!("{field}.text");
+            return match present(Some(o), "text") {
+                Some(t) => text(t, &text_field),
+                None => Err(bad(&text_field, "missing (a text part needs its text)")),
+            };
+        }
+        "image" | "image_url" | "input_image" => "image",
+        "audio" | "input_audio" => "audio",
+        "video" | "video_url" | "input_video" => "video",
+        "file" | "input_file" => "file",
+        other => {
+            return Err(bad(
+                &type_field,
+                format!("unknown part type {other:?} (expected \"text\")"),
+            ))
+        }
+    };
+    Err(bad(
+        &type_field,
+        format!("{media} parts are not supported (k3 is text-only)"),
+    ))
+}
+
+/// A text value: a string, or an array of strings joined with "\n" (empty ones dropped).
+///
+/// Errors: any other value, naming the field and the type found.
+fn text(v: &Value, field: &str) -> Result<String> {
     match v {
         Value::String(s) => Ok(s.clone()),
         Value::Array(a) if a.iter().all(|x| x.as_str().is_some()) => Ok(a
@@ -221,28 +266,41 @@ fn body_text(v: &Value, field: &str) -> Result<String> {
             .filter(|s| !s.is_empty())
             .collect::<Vec<_>>()
             .join("\n")),
-        other => super::jsontext::compact(other, false).map_err(|e| bad(field, e)),
+        other => Err(bad(
+            field,
+            format!(
+                "expected a string or an array of strings, found {}",
+                other.type_name()
+            ),
+        )),
     }
 }
 
-/// `reasoning_content` when truthy (Python truthiness), else `reasoning`; empty is none.
-fn reasoning(m: &Object, at: &str) -> Result<Option<String>> {
-    let truthy = |v: &&Value| match v {
-        Value::Null => false,
-        Value::Bool(b) => *b,
-        Value::Number(n) => n.as_f64() != 0.0,
-        Value::String(s) => !s.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(o) => !o.is_empty(),
-    };
-    let (v, key) = match m.get("reasoning_content").filter(truthy) {
-        Some(v) => (Some(v), "reasoning_content"),
-        None => (m.get("reasoning"), "reasoning"),
-    };
-    match v {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => Ok(Some(body_text(v, &format!("{at}.{key}"))?).filter(|s| !s.is_empty())),
+/// `m[key]` as a string; absent or null is `None`.
+///
+/// Errors: any other type, naming `{at}.{key}`.
+fn opt_str(m: &Object, key: &str, at: &str) -> Result<Option<String>> {
+    match present(Some(m), key) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(v) => Err(bad(
+            &format!("{at}.{key}"),
+            format!("expected a string, found {}", v.type_name()),
+        )),
     }
+}
+
+/// `reasoning_content` when non-empty, else `reasoning`; empty is none.
+fn reasoning(m: &Object, at: &str) -> Result<Option<String>> {
+    for key in ["reasoning_content", "reasoning"] {
+        if let Some(v) = present(Some(m), key) {
+            let t = text(v, &format!("{at}.{key}"))?;
+            if !t.is_empty() {
+                return Ok(Some(t));
+            }
+        }
+    }
+    Ok(None)
 }
 
 fn tool_calls(m: &Object, at: &str) -> Result<Vec<ToolCall>> {
@@ -263,18 +321,19 @@ fn tool_calls(m: &Object, at: &str) -> Result<Vec<ToolCall>> {
             Some(f) => (f, format!("{at}.function")),
             None => (call, at.clone()),
         };
+        let name_field = format!("{prefix}.name");
         let name = function
             .get("name")
             .and_then(Value::as_str)
-            .ok_or_else(|| {
-                bad(
-                    &format!("{prefix}.name"),
-                    "missing (a tool call needs its function name)",
-                )
-            })?;
+            .ok_or_else(|| bad(&name_field, "missing (a tool call needs its function name)"))?;
+        check_tool_name(name, &name_field)?;
         let arguments = arguments(function.get("arguments"), &format!("{prefix}.arguments"))?;
+        let id = match call.as_object() {
+            Some(c) => opt_str(c, "id", &at)?,
+            None => None,
+        };
         out.push(ToolCall {
-            id: call.get("id").and_then(Value::as_str).map(str::to_string),
+            id,
             name: name.to_string(),
             arguments,
         });

@@ -249,7 +249,7 @@ fn tool_entry_name<'a>(tool: &'a Value, at: &str) -> Result<&'a str> {
             format!("expected a tool object, found {}", tool.type_name()),
         ));
     };
-    let (name, field) = match (o.get("type"), o.get("function")) {
+    let (decl, field) = match (o.get("type"), o.get("function")) {
         (Some(kind), function) => {
             if kind.as_str() != Some("function") {
                 return Err(bad(
@@ -258,7 +258,7 @@ fn tool_entry_name<'a>(tool: &'a Value, at: &str) -> Result<&'a str> {
                 ));
             }
             match function.and_then(Value::as_object) {
-                Some(f) => (f.get("name"), "function.name"),
+                Some(f) => (f, format!("{at}.function")),
                 None => {
                     return Err(bad(
                         &format!("{at}.function"),
@@ -273,17 +273,47 @@ fn tool_entry_name<'a>(tool: &'a Value, at: &str) -> Result<&'a str> {
                 "missing (expected \"function\")",
             ))
         }
-        (None, None) => (o.get("name"), "name"),
+        (None, None) => (o, at.to_string()),
     };
-    let field = format!("{at}.{field}");
-    let name = name
+    check_declaration_types(decl, &field)?;
+    let field = format!("{field}.name");
+    let name = decl
+        .get("name")
         .and_then(Value::as_str)
         .ok_or_else(|| bad(&field, "missing (expected a string)"))?;
     check_tool_name(name, &field)?;
     Ok(name)
 }
 
-fn check_tool_name(name: &str, field: &str) -> Result<()> {
+/// A declaration's `description` is a string and its `parameters` an object (JSON Schema),
+/// when present and not null: the declaration is rendered as given, so a wrong type would
+/// reach the model unnoticed.
+///
+/// Errors: naming `{field}.description` or `{field}.parameters`.
+fn check_declaration_types(decl: &Object, field: &str) -> Result<()> {
+    if let Some(v) = present(Some(decl), "description").filter(|v| v.as_str().is_none()) {
+        return Err(bad(
+            &format!("{field}.description"),
+            format!("expected a string, found {}", v.type_name()),
+        ));
+    }
+    if let Some(v) = present(Some(decl), "parameters").filter(|v| v.as_object().is_none()) {
+        return Err(bad(
+            &format!("{field}.parameters"),
+            format!(
+                "expected an object (a JSON Schema), found {}",
+                v.type_name()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The tool-name rule of TOKENIZER.md §10: `[A-Za-z_][A-Za-z0-9_-]*`, at most
+/// [`MAX_TOOL_NAME_LEN`] characters (declared tools and call names alike).
+///
+/// Errors: naming `field`.
+pub(super) fn check_tool_name(name: &str, field: &str) -> Result<()> {
     let mut chars = name.chars();
     let start = chars
         .next()

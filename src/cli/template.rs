@@ -1,6 +1,6 @@
 //! `k3 template --tok DIR --messages FILE [--tools FILE] [--thinking low|high|max|off]
 //! [--no-generation-prompt]`: prints the chat-template ids of a conversation
-//! (docs/chat.md), comma-separated. without running a model.
+//! (docs/chat.md), comma-separated, without running a model.
 
 use super::args::{Args, Spec};
 use crate::chat::{self, Request};
@@ -27,6 +27,7 @@ usage: k3 template --tok DIR --messages FILE [--tools FILE] [--thinking low|high
                           `tool_choice`, `response_format`, `reasoning_effort`,
                           `chat_template_kwargs` (`thinking`, `thinking_effort`); other keys ignored
   --tools FILE            a JSON array of tools (replaces the body's `tools`)
+                          (`-` reads standard input, for one of --messages and --tools)
   --thinking EFFORT|off   thinking effort low, high or max (default: the body's, else max), or off
   --no-generation-prompt  do not open the assistant turn at the end
 ";
@@ -50,8 +51,14 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     };
     let tok_dir = required("tok", "DIR")?;
     let messages = required("messages", "FILE")?;
+    let tools_path = a.value_os("tools").map(PathBuf::from);
+    if is_stdin(&messages) && tools_path.as_deref().is_some_and(is_stdin) {
+        return Err(Error::invalid(
+            "template: `--messages -` and `--tools -` both read standard input; give one of them a file",
+        ));
+    }
     let mut body = read_json(&messages, true)?;
-    let ctx = |e: Error| e.context(messages.display());
+    let ctx = |e: Error| e.context(label(&messages));
     if let Some(t) = a.value("thinking")? {
         let kw = match t.as_str() {
             "off" => Object::new().with("thinking", false),
@@ -67,10 +74,9 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         set_thinking(&mut body, kw).map_err(ctx)?;
     }
     let mut req = Request::from_json(&body).map_err(ctx)?;
-    if let Some(path) = a.value_os("tools").map(PathBuf::from) {
+    if let Some(path) = tools_path {
         let tools = read_json(&path, false)?;
-        req.set_tools(tools)
-            .map_err(|e| e.context(path.display()))?;
+        req.set_tools(tools).map_err(|e| e.context(label(&path)))?;
     }
     let segments = chat::render(&req, !a.switch("no-generation-prompt")).map_err(ctx)?;
     let tok = Tokenizer::load(&tok_dir)?;
@@ -106,19 +112,32 @@ fn set_thinking(body: &mut Value, kw: Object) -> Result<()> {
     Ok(())
 }
 
-/// Reads a JSON file; with `request`, a parse error also names the field it stopped in.
+/// `-`: the flag reads standard input.
+fn is_stdin(path: &Path) -> bool {
+    path == Path::new("-")
+}
+
+/// How errors name an input: its path, or `standard input` for `-`.
+fn label(path: &Path) -> String {
+    if is_stdin(path) {
+        "standard input".to_string()
+    } else {
+        path.display().to_string()
+    }
+}
+
+/// Reads a JSON file (`-`: standard input); with `request`, a parse error also names the
+/// field it stopped in.
 fn read_json(path: &Path, request: bool) -> Result<Value> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| Error::invalid(format!("{}: cannot read: {e}", path.display())))?;
+    let bytes = super::tokenize::read_file(path)?;
+    let name = label(path);
     crate::json::parse(&bytes).map_err(|e| {
         match chat::messages::failing_path(&bytes).filter(|_| request) {
             Some(field) => Error::invalid(format!(
-                "{}: {field}: invalid JSON at byte {}: {}",
-                path.display(),
-                e.offset,
-                e.expected
+                "{name}: {field}: invalid JSON at byte {}: {}",
+                e.offset, e.expected
             )),
-            None => e.into_error(path.display(), 0),
+            None => e.into_error(&name, 0),
         }
     })
 }

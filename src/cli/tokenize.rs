@@ -107,6 +107,8 @@ pub fn run_detokenize(argv: &[OsString]) -> Result<()> {
 }
 
 /// The bytes of `path`; `-` is standard input (`--prompt-file -`, docs/cli.md).
+///
+/// Errors (exit 2): the file (or standard input) cannot be read.
 pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>> {
     if path == Path::new("-") {
         use std::io::Read as _;

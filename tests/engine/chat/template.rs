@@ -398,3 +398,244 @@ fn generation_stub_ends_the_generation_prompt() {
     let segs = ours(case("partial_thinking")).unwrap().0;
     assert!(!segs.ends_with(&chat::generation_stub(true)));
 }
+
+/// `body` is refused (exit 2) with a message starting `want`.
+fn assert_refused(body: &str, want: &str) {
+    let v = k3::json::parse(body.as_bytes()).unwrap();
+    match Request::from_json(&v) {
+        Ok(r) => panic!("{body}: accepted as {r:?}, expected `{want}`"),
+        Err(e) => {
+            assert_eq!(e.exit_code(), 2, "{body}: {e}");
+            assert!(
+                e.to_string().starts_with(want),
+                "{body}: `{e}` is not `{want}…`"
+            );
+        }
+    }
+}
+
+/// A value of the wrong type is refused naming the field, never stringified; a content part
+/// is rendered (`text`) or refused, never dropped.
+#[test]
+fn wrong_types_and_unrenderable_parts_are_refused_naming_the_field() {
+    let user = |content: &str| format!(r#"[{{"role": "user", "content": {content}}}]"#);
+    for (content, found) in [("5", "number"), ("true", "bool"), (r#"{"a": 1}"#, "object")] {
+        assert_refused(
+            &user(content),
+            &format!("messages[0].content: expected a string or an array of parts, found {found}"),
+        );
+    }
+    let parts: &[(&str, &str)] = &[
+        (
+            r#"{"type": "input_audio", "input_audio": {"data": "x"}}"#,
+            "messages[0].content[0].type: audio parts are not supported",
+        ),
+        (
+            r#"{"type": "video_url", "video_url": {"url": "x"}}"#,
+            "messages[0].content[0].type: video parts are not supported",
+        ),
+        (
+            r#"{"type": "file", "file": {"file_id": "x"}}"#,
+            "messages[0].content[0].type: file parts are not supported",
+        ),
+        (
+            r#"{"type": "input_image"}"#,
+            "messages[0].content[0].type: image parts are not supported",
+        ),
+        (
+            r#"{"type": "refusal", "refusal": "x"}"#,
+            "messages[0].content[0].type: unknown part type \"refusal\"",
+        ),
+        (
+            r#""bare""#,
+            "messages[0].content[0]: expected a content part object, found string",
+        ),
+        (
+            r#"{"text": "no type"}"#,
+            "messages[0].content[0].type: missing",
+        ),
+        (
+            r#"{"type": 3, "text": "x"}"#,
+            "messages[0].content[0].type: expected a string, found number",
+        ),
+        (
+            r#"{"type": "text"}"#,
+            "messages[0].content[0].text: missing",
+        ),
+        (
+            r#"{"type": "text", "text": 5}"#,
+            "messages[0].content[0].text: expected a string or an array of strings, found number",
+        ),
+        (
+            r#"{"type": "text", "text": ["a", 1]}"#,
+            "messages[0].content[0].text: expected a string or an array of strings, found array",
+        ),
+    ];
+    for (part, want) in parts {
+        assert_refused(
+            &user(&format!(r#"[{part}, {{"type": "text", "text": "kept"}}]"#)),
+            want,
+        );
+    }
+    let fields: &[(&str, &str)] = &[
+        (
+            r#"[{"role": "user", "content": "a", "name": 5}]"#,
+            "messages[0].name: expected a string, found number",
+        ),
+        (
+            r#"[{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "reasoning_content": 5}]"#,
+            "messages[1].reasoning_content: expected a string or an array of strings, found number",
+        ),
+        (
+            r#"[{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "reasoning": {"x": 1}}]"#,
+            "messages[1].reasoning: expected a string or an array of strings, found object",
+        ),
+        (
+            r#"[{"role": "user", "content": "a"}, {"role": "assistant", "content": "", "tool_calls": [{"id": 7, "function": {"name": "f", "arguments": "{}"}}]}]"#,
+            "messages[1].tool_calls[0].id: expected a string, found number",
+        ),
+        (
+            r#"[{"role": "tool", "content": "r", "tool_call_id": 1, "name": "f"}]"#,
+            "messages[0].tool_call_id: expected a string, found number",
+        ),
+        (
+            r#"[{"role": "tool", "content": "r", "tool": false}]"#,
+            "messages[0].tool: expected a string, found bool",
+        ),
+        (
+            r#"{"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": "notobj"}}]}"#,
+            "tools[0].function.parameters: expected an object",
+        ),
+        (
+            r#"{"messages": [{"role": "user", "content": "a"}], "tools": [{"name": "f", "description": 5}]}"#,
+            "tools[0].description: expected a string, found number",
+        ),
+        (
+            r#"[{"role": "system", "tools": [{"name": "f", "parameters": [1]}]}, {"role": "user", "content": "a"}]"#,
+            "messages[0].tools[0].parameters: expected an object",
+        ),
+    ];
+    for (body, want) in fields {
+        assert_refused(body, want);
+    }
+    // What stays accepted: text parts (a string or an array of strings), null values.
+    let ok = r#"[{"role": "user", "name": null, "content": [{"type": "text", "text": ["a", "b"]}, {"type": "text", "text": "c"}]}, {"role": "assistant", "content": "d", "reasoning_content": null, "reasoning": "r"}]"#;
+    let req = Request::from_json(&k3::json::parse(ok.as_bytes()).unwrap()).unwrap();
+    assert_eq!(
+        req.messages[0].content,
+        Some(vec!["a\nb".to_string(), "c".to_string()])
+    );
+    assert_eq!(req.messages[1].reasoning.as_deref(), Some("r"));
+}
+
+/// A tool call's name follows the declared tools' rule `[A-Za-z_][A-Za-z0-9_-]*`, ≤ 256.
+#[test]
+fn tool_call_names_follow_the_tool_name_rule() {
+    let call = |name: &str| {
+        format!(
+            r#"[{{"role": "user", "content": "a"}}, {{"role": "assistant", "tool_calls": [{{"function": {{"name": "{name}", "arguments": "{{}}"}}}}]}}]"#
+        )
+    };
+    let field = "messages[1].tool_calls[0].function.name: ";
+    for bad in ["bad name!", "1f", "", "a.b"] {
+        assert_refused(&call(bad), &format!("{field}tool name {bad:?} must match"));
+    }
+    assert_refused(
+        &call(&"a".repeat(257)),
+        &format!("{field}tool name is 257 characters"),
+    );
+    let bare = r#"[{"role": "assistant", "tool_calls": [{"name": "x y", "arguments": {}}]}]"#;
+    assert_refused(
+        bare,
+        "messages[0].tool_calls[0].name: tool name \"x y\" must match",
+    );
+    for good in ["get_weather", "_a-1", &"a".repeat(256)] {
+        let v = k3::json::parse(call(good).as_bytes()).unwrap();
+        Request::from_json(&v).unwrap_or_else(|e| panic!("{good}: {e}"));
+    }
+}
+
+fn template_stdin(args: &[&std::ffi::OsStr], input: &str) -> std::process::Output {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    let tok = crate::support::fixture("tiny-k3-text");
+    let mut child = crate::support::k3()
+        .arg("template")
+        .arg("--tok")
+        .arg(&tok)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// `--messages -` and `--tools -` read standard input (one of them at a time).
+#[test]
+fn template_dash_reads_standard_input() {
+    let dir = crate::support::scratch_dir("chat_template_stdin");
+    let msgs = r#"[{"role": "user", "content": "Hi"}]"#;
+    let tools =
+        r#"[{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]"#;
+    let m = write(&dir, "m.json", msgs);
+    let t = write(&dir, "t.json", tools);
+    let from_files = template(&["--messages".as_ref(), m.as_os_str()]);
+    assert!(from_files.status.success());
+    let out = template_stdin(&["--messages".as_ref(), "-".as_ref()], msgs);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(out.stdout, from_files.stdout);
+    let with_tools = template(&[
+        "--messages".as_ref(),
+        m.as_os_str(),
+        "--tools".as_ref(),
+        t.as_os_str(),
+    ]);
+    assert!(with_tools.status.success());
+    let args = [
+        "--messages".as_ref(),
+        m.as_os_str(),
+        "--tools".as_ref(),
+        "-".as_ref(),
+    ];
+    let out = template_stdin(&args, tools);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout, with_tools.stdout);
+    let both = [
+        "--messages".as_ref(),
+        "-".as_ref(),
+        "--tools".as_ref(),
+        "-".as_ref(),
+    ];
+    let out = template_stdin(&both, msgs);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--messages -") && err.contains("--tools -"),
+        "{err}"
+    );
+    // A refusal on standard input names it.
+    let out = template_stdin(
+        &["--messages".as_ref(), "-".as_ref()],
+        r#"[{"role": "user", "content": 5}]"#,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("standard input: messages[0].content: expected"),
+        "{err}"
+    );
+}
