@@ -139,11 +139,11 @@ pub struct BudgetResult {
     pub skipped: Option<String>,
 }
 
-fn say(s: &str) {
+pub fn say(s: &str) {
     eprintln!("bench: {s}");
 }
 
-fn k3_output(k3: &Path, args: &[&str]) -> Result<String, Fail> {
+pub fn k3_output(k3: &Path, args: &[&str]) -> Result<String, Fail> {
     let out = Command::new(k3)
         .args(args)
         .output()
@@ -164,7 +164,7 @@ fn k3_output(k3: &Path, args: &[&str]) -> Result<String, Fail> {
 }
 
 /// The budget flags of one run.
-fn budget_flags(mem_gb: Option<f64>) -> Vec<String> {
+pub fn budget_flags(mem_gb: Option<f64>) -> Vec<String> {
     match mem_gb {
         Some(g) => vec!["--mem-gb".into(), format!("{g:.2}")],
         None => Vec::new(),
@@ -193,11 +193,11 @@ fn run_args(o: &Options, json: &Path, mem_gb: Option<f64>, gen: usize) -> Vec<St
 
 /// Whether the plan accepts `--mem-gb g`: runs k3 until its trunk line (printed after the plan
 /// check, ENGINE.md §6) or its exit. Exit 3 = refused; exit 2 = the flag itself is refused.
-fn plan_accepts(o: &Options, g: f64) -> Result<bool, Fail> {
+fn plan_accepts(o: &Options, g: f64, args: &dyn Fn(&Path, f64) -> Vec<String>) -> Result<bool, Fail> {
     let json = o.work_dir.join("floor-probe.json");
     let mut child = Command::new(&o.k3)
         // The same positions as the timed runs: the plan depends on them.
-        .args(run_args(o, &json, Some(g), o.gen))
+        .args(args(&json, g))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -237,19 +237,32 @@ fn plan_accepts(o: &Options, g: f64) -> Result<bool, Fail> {
     }
 }
 
-/// The smallest `--mem-gb` (to 0.05 GB) the plan accepts, between `lo` and `hi`.
+/// The smallest `--mem-gb` (to 0.05 GB) the plan accepts for the timed runs' command line,
+/// between 0.25 and `hi`.
 fn find_floor(o: &Options, hi: f64) -> Result<f64, Fail> {
+    find_floor_with(o, hi, &|json, g| run_args(o, json, Some(g), o.gen))
+}
+
+/// The smallest `--mem-gb` (to 0.05 GB, between 0.25 and `hi`) the plan accepts for the k3
+/// arguments `args(report_json, gb)` gives (the same positions and sequences as the timed
+/// runs: the plan depends on them). Errors: exit 3 when even `hi` is refused; exit 2 when k3
+/// refuses the flag itself.
+pub fn find_floor_with(
+    o: &Options,
+    hi: f64,
+    args: &dyn Fn(&Path, f64) -> Vec<String>,
+) -> Result<f64, Fail> {
     let (mut lo, mut hi) = (0.25f64, hi.max(0.5));
     say(&format!("floor: bisecting --mem-gb in [{lo:.2}, {hi:.2}]"));
-    if !plan_accepts(o, hi)? {
+    if !plan_accepts(o, hi, args)? {
         return Err((3, format!("the plan refuses even --mem-gb {hi:.2}")));
     }
-    if plan_accepts(o, lo)? {
+    if plan_accepts(o, lo, args)? {
         return Ok(lo);
     }
     while hi - lo > 0.05 {
         let m = ((lo + hi) / 2.0 * 100.0).round() / 100.0;
-        let ok = plan_accepts(o, m)?;
+        let ok = plan_accepts(o, m, args)?;
         say(&format!(
             "floor: --mem-gb {m:.2} {}",
             if ok { "accepted" } else { "refused" }

@@ -4,6 +4,8 @@
 pub mod device;
 pub mod harness;
 pub mod idle;
+pub mod batch;
 pub mod machine;
 pub mod membw;
+pub mod predict;
 pub mod roofline;
