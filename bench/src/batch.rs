@@ -7,7 +7,8 @@
 //! seconds, sweeps), and the joiners' prefills are in the totals. So each point runs twice with
 //! the same `--ctx` (the same plan): `--gen 1` and `--gen G`; the prefills are the same work, so
 //! the differences ÷ the extra sweeps are exactly the bytes one B-sequence step reads. The step
-//! time is the report's `timing.decode_seconds` ÷ `batch.sweeps` of the `--gen G` run.
+//! time is the difference of the runs' `timing.decode_seconds` ÷ the extra sweeps (the last
+//! sweep of a run only chooses ids: it runs no forward).
 
 use crate::device::{self, Measurement, Target, ENGINE_QUEUE_DEPTH, KDA_LAYER_BYTES};
 use crate::harness::{budget_flags, find_floor_with, say, Budget, Fail, Options};
@@ -134,14 +135,21 @@ impl Step {
     pub fn between(one: &Totals, full: &Totals) -> Option<Step> {
         let extra = full.sweeps.checked_sub(one.sweeps).filter(|&n| n > 0)? as f64;
         let d = |a: u64, b: u64| a.saturating_sub(b) as f64 / extra;
-        let seconds = full.decode_s / full.sweeps.max(1) as f64;
-        let per_sweep = full.tokens as f64 / full.sweeps.max(1) as f64;
+        // A sweep chooses each sequence's next id from the logits it holds, then runs the
+        // forward of the chosen ids unless every sequence is done: the last sweep of a run
+        // has no forward, so the extra sweeps of the `--gen G` run are its extra forwards.
+        let seconds = (full.decode_s - one.decode_s).max(0.0) / extra;
+        let per_sweep = d(full.tokens, one.tokens);
         Some(Step {
             trunk: d(full.trunk, one.trunk),
             expert: d(full.expert, one.expert),
             table: d(full.table, one.table),
             seconds,
-            tokens_per_s: if seconds > 0.0 { per_sweep / seconds } else { 0.0 },
+            tokens_per_s: if seconds > 0.0 {
+                per_sweep / seconds
+            } else {
+                0.0
+            },
             read_s: (full.read_s() - one.read_s()).max(0.0) / extra,
         })
     }
@@ -224,7 +232,8 @@ fn one_run(o: &Options, args: &[String], json: &Path, log: &Path) -> Result<Tota
         ));
     }
     let bytes = std::fs::read(json).map_err(|e| format!("{}: {e}", json.display()))?;
-    let v: Value = serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", json.display()))?;
+    let v: Value =
+        serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", json.display()))?;
     Totals::from_report(&v, &String::from_utf8_lossy(&out.stdout))
         .map_err(|e| format!("{}: {e}", json.display()))
 }
@@ -267,7 +276,12 @@ pub fn measure_point(o: &Options, budget: &Budget, b: usize) -> Point {
         let json = o.work_dir.join(format!("{label}-gen{gen}.json"));
         let log = o.work_dir.join(format!("{label}-gen{gen}.stderr"));
         let t0 = Instant::now();
-        let r = one_run(o, &batch_args(o, &file, b, gen, ctx, &json, p.mem_gb), &json, &log);
+        let r = one_run(
+            o,
+            &batch_args(o, &file, b, gen, ctx, &json, p.mem_gb),
+            &json,
+            &log,
+        );
         say(&format!(
             "batch: {label} --gen {gen}: {} in {:.1} s",
             if r.is_ok() { "ok" } else { "failed" },
@@ -462,8 +476,9 @@ mod tests {
 
     #[test]
     fn a_step_is_the_difference_of_the_two_runs() {
-        let one = totals(1, 1000, 500, 2.0);
-        let full = totals(3, 1400, 900, 6.0);
+        // --gen 1: one sweep, no forward; --gen 3: two forwards of 2 s.
+        let one = totals(1, 1000, 500, 0.0);
+        let full = totals(3, 1400, 900, 4.0);
         let s = Step::between(&one, &full).unwrap();
         assert_eq!((s.trunk, s.expert, s.table), (200.0, 200.0, 10.0));
         assert_eq!(s.seconds, 2.0);
@@ -503,6 +518,8 @@ mod tests {
         assert_eq!(t.hashes.get(&1).map(String::as_str), Some("bb"));
         let mut bad = v.clone();
         bad["batch"] = Value::Null;
-        assert!(Totals::from_report(&bad, "").unwrap_err().contains("batch.sweeps"));
+        assert!(Totals::from_report(&bad, "")
+            .unwrap_err()
+            .contains("batch.sweeps"));
     }
 }

@@ -193,7 +193,11 @@ fn run_args(o: &Options, json: &Path, mem_gb: Option<f64>, gen: usize) -> Vec<St
 
 /// Whether the plan accepts `--mem-gb g`: runs k3 until its trunk line (printed after the plan
 /// check, ENGINE.md §6) or its exit. Exit 3 = refused; exit 2 = the flag itself is refused.
-fn plan_accepts(o: &Options, g: f64, args: &dyn Fn(&Path, f64) -> Vec<String>) -> Result<bool, Fail> {
+fn plan_accepts(
+    o: &Options,
+    g: f64,
+    args: &dyn Fn(&Path, f64) -> Vec<String>,
+) -> Result<bool, Fail> {
     let json = o.work_dir.join("floor-probe.json");
     let mut child = Command::new(&o.k3)
         // The same positions as the timed runs: the plan depends on them.

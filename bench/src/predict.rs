@@ -85,7 +85,10 @@ pub fn mean_union(pos: &[PositionRoutes], b: usize) -> f64 {
     let mut pick: Vec<usize> = (0..b).collect();
     loop {
         for l in 0..layers {
-            let u: BTreeSet<i32> = pick.iter().flat_map(|&p| pos[p][l].iter().copied()).collect();
+            let u: BTreeSet<i32> = pick
+                .iter()
+                .flat_map(|&p| pos[p][l].iter().copied())
+                .collect();
             sum += u.len() as f64;
             count += 1;
         }
@@ -152,11 +155,7 @@ mod tests {
 
     #[test]
     fn unions_count_distinct_experts() {
-        let pos = vec![
-            vec![vec![1, 2]],
-            vec![vec![2, 3]],
-            vec![vec![4, 5]],
-        ];
+        let pos = vec![vec![vec![1, 2]], vec![vec![2, 3]], vec![vec![4, 5]]];
         assert_eq!(mean_union(&pos, 1), 2.0);
         // pairs: {1,2,3} 3, {1,2,4,5} 4, {2,3,4,5} 4
         assert!((mean_union(&pos, 2) - 11.0 / 3.0).abs() < 1e-12);

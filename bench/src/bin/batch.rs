@@ -124,7 +124,8 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
 
 fn run(a: &Args) -> Result<(), (i32, String)> {
     let o = &a.o;
-    std::fs::create_dir_all(&o.work_dir).map_err(|e| (4, format!("{}: {e}", o.work_dir.display())))?;
+    std::fs::create_dir_all(&o.work_dir)
+        .map_err(|e| (4, format!("{}: {e}", o.work_dir.display())))?;
     let version = k3_output(&o.k3, &["--version"])?;
     let files =
         device::expand_inputs(std::slice::from_ref(&o.model)).map_err(|e| (2, e.to_string()))?;
@@ -134,24 +135,41 @@ fn run(a: &Args) -> Result<(), (i32, String)> {
     ];
     header.extend(machine::describe());
     header.extend(machine::describe_storage(&files[0]));
-    header.push(("k3".into(), format!("{} ({})", version.trim(), o.k3.display())));
+    header.push((
+        "k3".into(),
+        format!("{} ({})", version.trim(), o.k3.display()),
+    ));
     header.push(("model".into(), o.model.display().to_string()));
     header.push((
         "runs".into(),
-        format!("--gen 1 and --gen {} --ctx {} --threads {} --prefill-chunk {}", o.gen, batch::PROMPT_LEN + o.gen, o.threads, o.prefill_chunk),
+        format!(
+            "--gen 1 and --gen {} --ctx {} --threads {} --prefill-chunk {}",
+            o.gen,
+            batch::PROMPT_LEN + o.gen,
+            o.threads,
+            o.prefill_chunk
+        ),
     ));
     let dev = idle::device_of(&o.model);
     let before = idle::sample(std::time::Duration::from_secs(2), dev.as_deref())
         .map_err(|e| (4, format!("idle check: {e}")))?;
     header.push(("loadavg_before".into(), machine::loadavg()));
-    header.push(("idle_before".into(), before.describe(idle::IdleLimits::default())));
+    header.push((
+        "idle_before".into(),
+        before.describe(idle::IdleLimits::default()),
+    ));
     let device = if a.skip_device {
         Vec::new()
     } else {
         batch::quick_device(o, &files)?
     };
     for m in &device {
-        say(&format!("device: {} QD{} {:.0} MB/s", m.pattern, m.queue_depth, m.mb_per_s()));
+        say(&format!(
+            "device: {} QD{} {:.0} MB/s",
+            m.pattern,
+            m.queue_depth,
+            m.mb_per_s()
+        ));
     }
     let mut points: Vec<Point> = Vec::new();
     let write = |points: &[Point], extra: &[(String, String)]| -> Result<(), (i32, String)> {
@@ -165,7 +183,11 @@ fn run(a: &Args) -> Result<(), (i32, String)> {
     };
     for budget in &o.budgets {
         for &b in &a.bs {
-            say(&format!("batch: {} B = {b} (load {})", budget.label(), machine::loadavg()));
+            say(&format!(
+                "batch: {} B = {b} (load {})",
+                budget.label(),
+                machine::loadavg()
+            ));
             points.push(batch::measure_point(o, budget, b));
             let now = vec![("loadavg_now".to_string(), machine::loadavg())];
             write(&points, &now)?;
@@ -177,7 +199,10 @@ fn run(a: &Args) -> Result<(), (i32, String)> {
         &points,
         &[
             ("loadavg_after".into(), machine::loadavg()),
-            ("idle_after".into(), after.describe(idle::IdleLimits::default())),
+            (
+                "idle_after".into(),
+                after.describe(idle::IdleLimits::default()),
+            ),
         ],
     )?;
     print!("{}", std::fs::read_to_string(&a.out).unwrap_or_default());

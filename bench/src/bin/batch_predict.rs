@@ -67,14 +67,19 @@ fn run() -> Result<(), String> {
                     .ok_or(format!("--gbps: expected a positive number, found `{v}`"))?
             }
             ("--out", Some(v)) => out = Some(PathBuf::from(v)),
-            (a, _) => return Err(format!("{a}: unknown argument or missing value (--gbps X, --out FILE)")),
+            (a, _) => {
+                return Err(format!(
+                    "{a}: unknown argument or missing value (--gbps X, --out FILE)"
+                ))
+            }
         }
         i += 2;
     }
     let trace_path = root.join("tests/fixtures/real/expert_trace.bin");
     let cfg_path = root.join("tests/fixtures/configs/k3-released-reserialised.json");
     let bytes = std::fs::read(&trace_path).map_err(|e| format!("{}: {e}", trace_path.display()))?;
-    let cfg = Config::from_file(&cfg_path).map_err(|e| format!("{}: {}", cfg_path.display(), e.message))?;
+    let cfg = Config::from_file(&cfg_path)
+        .map_err(|e| format!("{}: {}", cfg_path.display(), e.message))?;
     let d = Dims::from_config(&cfg);
     let (pos, differing) = positions_from_trace(&bytes, 5, 8, d.kt)?;
     let moe_layers = pos.first().map_or(0, Vec::len);
@@ -83,24 +88,35 @@ fn run() -> Result<(), String> {
     let mut t = String::new();
     let _ = writeln!(t, "# PREDICTION, not a measurement: cargo run --release -p k3-bench --bin batch_predict -- --gbps {gbps}");
     let _ = writeln!(t, "# date\t{}", k3_bench::machine::utc_now());
-    let _ = writeln!(t, "# trace\t{} ({} positions from the last of 8 full-recompute forwards; {} earlier positions routed differently)", trace_path.display(), pos.len(), differing);
-    let _ = writeln!(t, "# model\treleased config {}: {moe_layers} MoE layers x {} experts, top-{}, expert {expert} B; plan for {POSITIONS} positions per sequence, chunk 64, 8 threads", cfg_path.display(), d.e, d.kt);
+    let _ = writeln!(t, "# trace\t{} ({} positions from the last of 8 full-recompute forwards; {} earlier positions routed differently)", "tests/fixtures/real/expert_trace.bin", pos.len(), differing);
+    let _ = writeln!(t, "# model\treleased config {}: {moe_layers} MoE layers x {} experts, top-{}, expert {expert} B; plan for {POSITIONS} positions per sequence, chunk 64, 8 threads", "tests/fixtures/configs/k3-released-reserialised.json", d.e, d.kt);
     let _ = writeln!(t, "# method\tunion = mean over layers and over every set of B of the trace's positions (drawn as B different sequences) of the distinct experts they request; the positions are consecutive tokens of one prompt, so they overlap more than independent sequences would (the uniform column is independent uniform routing). Expert bytes/step = sum over layers of union x (1 - hit) x expert bytes, hit = cache slots / experts (uniform). Step bytes = streamed trunk + streamed lm_head rows + B embedding rows (when streamed) + expert bytes. Step s = bytes / read bandwidth; tokens/s = B / step s; gain = vs B = 1 at the same budget, each B with its own plan (B sequences' states planned).");
     let _ = writeln!(t, "# section union");
-    let _ = writeln!(t, "B\tunion_per_layer_trace\tunion_per_layer_uniform\tunion_vs_B_x_topk");
+    let _ = writeln!(
+        t,
+        "B\tunion_per_layer_trace\tunion_per_layer_uniform\tunion_vs_B_x_topk"
+    );
     let mut unions = Vec::new();
     for &b in &BATCHES {
         let u = mean_union(&pos, b);
         unions.push(u);
-        let _ = writeln!(t, "{b}\t{u:.2}\t{:.2}\t{:.3}", uniform_union(d.e, d.kt, b), u / (b * d.kt) as f64);
+        let _ = writeln!(
+            t,
+            "{b}\t{u:.2}\t{:.2}\t{:.3}",
+            uniform_union(d.e, d.kt, b),
+            u / (b * d.kt) as f64
+        );
     }
     let _ = writeln!(t, "# section predict (read bandwidth {gbps} GB/s)");
-    let _ = writeln!(t, "budget_GB\tB\tplan_total_B\tstate_B\ttrunk_streamed_B\ttable_B_per_step\tcache_slots\thit\texpert_B_per_step\tstep_B\tstep_s\ttokens_per_s\tgain_vs_B1\tbytes_vs_B1");
+    let _ = writeln!(t, "budget_GB\tB\tplan_total_B\tstate_B\ttrunk_streamed_B\ttable_B_per_step\tcache_slots\thit\texpert_B_per_step\tstep_B\tstep_s\ttokens_per_s\tgain_vs_B1\tbytes_vs_B1\tgain_vs_B1_uniform_routing");
     for &g in &BUDGETS_GB {
         let mut base: Option<(f64, f64)> = None;
         for (bi, &b) in BATCHES.iter().enumerate() {
             let s = sizes(&cfg, &d, b);
-            let budget = Budget { mem: Some(gb_to_bytes(g)), ..Budget::default() };
+            let budget = Budget {
+                mem: Some(gb_to_bytes(g)),
+                ..Budget::default()
+            };
             let p = match plan_run(&s, &budget, None) {
                 Ok(p) => p,
                 Err(e) => {
@@ -110,16 +126,23 @@ fn run() -> Result<(), String> {
             };
             let trunk = p.trunk.streamed_bytes as f64;
             let tables = (p.tables.vocab - p.tables.head_resident_rows) as f64 * s.row as f64
-                + if p.tables.embed_resident { 0.0 } else { (b as u64 * s.row) as f64 };
+                + if p.tables.embed_resident {
+                    0.0
+                } else {
+                    (b as u64 * s.row) as f64
+                };
             let hit = (p.cache_slots as f64 / s.experts_total as f64).min(1.0);
-            let experts = moe_layers as f64 * unions[bi] * (1.0 - hit) * expert as f64;
+            let per_union = moe_layers as f64 * (1.0 - hit) * expert as f64;
+            let experts = per_union * unions[bi];
             let step = trunk + tables + experts;
+            let step_uniform = trunk + tables + per_union * uniform_union(d.e, d.kt, b);
             let secs = step / (gbps * 1e9);
             let tps = b as f64 / secs;
             let (tps1, step1) = *base.get_or_insert((tps, step));
+            let gain_uniform = b as f64 * step1 / step_uniform;
             let _ = writeln!(
                 t,
-                "{g}\t{b}\t{}\t{}\t{trunk:.0}\t{tables:.0}\t{}\t{hit:.4}\t{experts:.0}\t{step:.0}\t{secs:.2}\t{tps:.4}\t{:.2}\t{:.3}",
+                "{g}\t{b}\t{}\t{}\t{trunk:.0}\t{tables:.0}\t{}\t{hit:.4}\t{experts:.0}\t{step:.0}\t{secs:.2}\t{tps:.4}\t{:.2}\t{:.3}\t{gain_uniform:.2}",
                 p.memory.total,
                 s.kda_state + s.mla_cache,
                 p.cache_slots,
