@@ -170,7 +170,7 @@ pub fn decode(
 ) -> Result<Sequence> {
     let res = (|| -> Result<Sequence> {
         let so = SequenceOptions {
-            settings: o.settings.clone(),
+            settings: o.settings,
             rules: o.rules.clone(),
             all_rows: o.all_rows,
         };

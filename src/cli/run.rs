@@ -30,7 +30,7 @@ mod memory;
 mod state;
 
 use inputs::{check_inputs, compute, Inputs};
-use memory::plan_memory;
+use memory::{plan_memory, PlanInputs};
 use state::generation;
 
 pub(crate) const SPECS: &[Spec] = &[
@@ -540,7 +540,15 @@ fn execute(
     // large allocation.
     let prep = bind::prepare(&index, cfg, layers)?;
     let packed = open_packed(req, &inp, &index)?;
-    let rp = plan_memory(req, &inp, &index, &prep, &ex, want_all, rep)?;
+    let pi = PlanInputs {
+        req,
+        inp: &inp,
+        index: &index,
+        prep: &prep,
+        ex: &ex,
+        want_all,
+    };
+    let rp = plan_memory(&pi, rep)?;
     let open = OpenOptions {
         plan: &rp,
         policy: &req.policy,

@@ -278,7 +278,7 @@ impl Sequence {
             ids: self.ids.clone(),
             prompt_len: self.prompt_len,
             state: DecodeState::empty(),
-            settings: self.settings.clone(),
+            settings: self.settings,
             sampler: Sampler::new(),
             rules: self.rules.clone(),
             all_rows: self.all_rows,

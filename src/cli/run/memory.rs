@@ -13,23 +13,27 @@ use crate::plan::{plan_run, ModelSizes, RunPlan, RunShape};
 use crate::report::RunReport;
 use std::path::{Path, PathBuf};
 
+/// What the plan of a run is computed from.
+pub(super) struct PlanInputs<'a> {
+    pub(super) req: &'a Request,
+    pub(super) inp: &'a Inputs,
+    pub(super) index: &'a TensorIndex,
+    pub(super) prep: &'a Prepared,
+    pub(super) ex: &'a Exec,
+    /// Every prompt row's logits are kept (`--dump-logits`, `--gen 0`).
+    pub(super) want_all: bool,
+}
+
 /// The memory plan of the run (ENGINE.md §4), shown and put in the report; exit 3 (with the
 /// smallest plan in the report) when it does not fit.
-pub(super) fn plan_memory(
-    req: &Request,
-    inp: &Inputs,
-    index: &TensorIndex,
-    prep: &Prepared,
-    ex: &Exec,
-    want_all: bool,
-    rep: &mut RunReport,
-) -> Result<RunPlan> {
+pub(super) fn plan_memory(c: &PlanInputs<'_>, rep: &mut RunReport) -> Result<RunPlan> {
+    let req = c.req;
     let say = |s: &str| {
         if !req.quiet {
             crate::sayln!("{s}");
         }
     };
-    let sizes_for = |par: usize| model_sizes(req, inp, index, prep, ex, want_all, par);
+    let sizes_for = |par: usize| model_sizes(c, par);
     let sizes = sizes_for(req.parallel);
     let available = crate::io::sys::memory_available().available();
     let rp = match plan_run(&sizes, &req.budget, available) {
@@ -62,15 +66,8 @@ pub(super) fn plan_memory(
 
 /// The sizes the planner needs for `par` sequences decoding together (each with its KDA
 /// state and MLA cache for the positions; a step's forward over `par` rows).
-fn model_sizes(
-    req: &Request,
-    inp: &Inputs,
-    index: &TensorIndex,
-    prep: &Prepared,
-    ex: &Exec,
-    want_all: bool,
-    par: usize,
-) -> ModelSizes {
+fn model_sizes(c: &PlanInputs<'_>, par: usize) -> ModelSizes {
+    let (req, inp, prep) = (c.req, c.inp, c.prep);
     ModelSizes::for_run(
         &inp.d,
         RunShape {
@@ -80,11 +77,11 @@ fn model_sizes(
             lm_head: prep.tables.lm_head.as_ref().map(|m| m.len).unwrap_or(0),
             positions: inp.positions,
             chunk: req.chunk,
-            all_logits: want_all,
-            threads: ex.threads(),
+            all_logits: c.want_all,
+            threads: c.ex.threads(),
             sequences: par,
             tokenizer: tokenizer_bytes(&req.args, &req.model_dir),
-            tensor_index: index.heap_bytes() as u64,
+            tensor_index: c.index.heap_bytes() as u64,
         },
     )
 }
