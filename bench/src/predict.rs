@@ -84,14 +84,15 @@ pub fn mean_union(pos: &[PositionRoutes], b: usize) -> f64 {
     let (mut sum, mut count) = (0.0f64, 0u64);
     let mut pick: Vec<usize> = (0..b).collect();
     loop {
-        for l in 0..layers {
+        let union = |l: usize| {
             let u: BTreeSet<i32> = pick
                 .iter()
                 .flat_map(|&p| pos[p][l].iter().copied())
                 .collect();
-            sum += u.len() as f64;
-            count += 1;
-        }
+            u.len()
+        };
+        sum += (0..layers).map(union).sum::<usize>() as f64;
+        count += layers as u64;
         // Next combination in lexicographic order.
         let mut i = b;
         while i > 0 && pick[i - 1] == n - b + i - 1 {

@@ -19,6 +19,9 @@ use std::path::PathBuf;
 const POSITIONS: usize = 1024;
 const BUDGETS_GB: [f64; 3] = [8.0, 16.0, 32.0];
 const BATCHES: [usize; 4] = [1, 2, 4, 8];
+/// The real routing trace and the released config, relative to the workspace.
+const TRACE: &str = "tests/fixtures/real/expert_trace.bin";
+const CONFIG: &str = "tests/fixtures/configs/k3-released-reserialised.json";
 
 fn sizes(cfg: &Config, d: &Dims, sequences: usize) -> ModelSizes {
     ModelSizes::for_run(
@@ -75,8 +78,8 @@ fn run() -> Result<(), String> {
         }
         i += 2;
     }
-    let trace_path = root.join("tests/fixtures/real/expert_trace.bin");
-    let cfg_path = root.join("tests/fixtures/configs/k3-released-reserialised.json");
+    let trace_path = root.join(TRACE);
+    let cfg_path = root.join(CONFIG);
     let bytes = std::fs::read(&trace_path).map_err(|e| format!("{}: {e}", trace_path.display()))?;
     let cfg = Config::from_file(&cfg_path)
         .map_err(|e| format!("{}: {}", cfg_path.display(), e.message))?;
@@ -88,8 +91,8 @@ fn run() -> Result<(), String> {
     let mut t = String::new();
     let _ = writeln!(t, "# PREDICTION, not a measurement: cargo run --release -p k3-bench --bin batch_predict -- --gbps {gbps}");
     let _ = writeln!(t, "# date\t{}", k3_bench::machine::utc_now());
-    let _ = writeln!(t, "# trace\t{} ({} positions from the last of 8 full-recompute forwards; {} earlier positions routed differently)", "tests/fixtures/real/expert_trace.bin", pos.len(), differing);
-    let _ = writeln!(t, "# model\treleased config {}: {moe_layers} MoE layers x {} experts, top-{}, expert {expert} B; plan for {POSITIONS} positions per sequence, chunk 64, 8 threads", "tests/fixtures/configs/k3-released-reserialised.json", d.e, d.kt);
+    let _ = writeln!(t, "# trace\t{TRACE} ({} positions from the last of 8 full-recompute forwards; {} earlier positions routed differently)", pos.len(), differing);
+    let _ = writeln!(t, "# model\treleased config {CONFIG}: {moe_layers} MoE layers x {} experts, top-{}, expert {expert} B; plan for {POSITIONS} positions per sequence, chunk 64, 8 threads", d.e, d.kt);
     let _ = writeln!(t, "# method\tunion = mean over layers and over every set of B of the trace's positions (drawn as B different sequences) of the distinct experts they request; the positions are consecutive tokens of one prompt, so they overlap more than independent sequences would (the uniform column is independent uniform routing). Expert bytes/step = sum over layers of union x (1 - hit) x expert bytes, hit = cache slots / experts (uniform). Step bytes = streamed trunk + streamed lm_head rows + B embedding rows (when streamed) + expert bytes. Step s = bytes / read bandwidth; tokens/s = B / step s; gain = vs B = 1 at the same budget, each B with its own plan (B sequences' states planned).");
     let _ = writeln!(t, "# section union");
     let _ = writeln!(
