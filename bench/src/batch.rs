@@ -10,8 +10,10 @@
 //! time is the difference of the runs' `timing.decode_seconds` ÷ the extra sweeps (the last
 //! sweep of a run only chooses ids: it runs no forward).
 
-use crate::device::{self, Measurement, Target, ENGINE_QUEUE_DEPTH, KDA_LAYER_BYTES};
-use crate::harness::{budget_flags, find_floor_with, say, Budget, Fail, Options};
+use crate::device::{self, Measurement, ENGINE_QUEUE_DEPTH, KDA_LAYER_BYTES};
+use crate::harness::{
+    budget_flags, device_seed, find_floor_with, k3_args, open_targets, say, Budget, Fail, Options,
+};
 use crate::idle::{self, IdleReport};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -190,27 +192,15 @@ fn batch_args(
     json: &Path,
     mem_gb: Option<f64>,
 ) -> Vec<String> {
-    let mut a: Vec<String> = vec![
-        o.model.display().to_string(),
+    let input = [
         "--batch".into(),
         file.display().to_string(),
         "--parallel".into(),
         parallel.to_string(),
-        "--gen".into(),
-        gen.to_string(),
         "--ctx".into(),
         ctx.to_string(),
-        "--threads".into(),
-        o.threads.to_string(),
-        "--prefill-chunk".into(),
-        o.prefill_chunk.to_string(),
-        "--no-progress".into(),
     ];
-    a.extend(budget_flags(mem_gb));
-    a.extend(o.k3_args.iter().cloned());
-    a.push("--out".into());
-    a.push(json.display().to_string());
-    a
+    k3_args(o, &input, gen, mem_gb, json)
 }
 
 fn one_run(o: &Options, args: &[String], json: &Path, log: &Path) -> Result<Totals, String> {
@@ -303,16 +293,10 @@ pub fn measure_point(o: &Options, budget: &Budget, b: usize) -> Point {
 /// the roofline harness's): 32 random expert reads at QD1, 4 expert batches (top-k of one
 /// layer, file-offset order) at QD16, and `seq_bytes` of whole-layer windows at QD1.
 pub fn quick_device(o: &Options, files: &[PathBuf]) -> Result<Vec<Measurement>, Fail> {
-    let targets: Vec<Target> = files
-        .iter()
-        .map(|p| device::open_target(p))
-        .collect::<Result<_, _>>()
-        .map_err(|e| (2, e.to_string()))?;
+    let targets = open_targets(files)?;
     let dev = idle::device_of(&files[0]);
     let io = |e: std::io::Error| (4, e.to_string());
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(1, |d| d.as_secs());
+    let seed = device_seed();
     let req = device::random_requests(&targets, 32, seed);
     let batches = device::expert_batches(&targets, 4, o.layer_experts, o.top_k, seed + 1);
     let mut b16 = device::random_expert(&targets, &batches, ENGINE_QUEUE_DEPTH, dev.as_deref())

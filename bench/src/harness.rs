@@ -172,10 +172,22 @@ pub fn budget_flags(mem_gb: Option<f64>) -> Vec<String> {
 }
 
 fn run_args(o: &Options, json: &Path, mem_gb: Option<f64>, gen: usize) -> Vec<String> {
-    let mut a = vec![
-        o.model.display().to_string(),
-        "--ids".into(),
-        o.ids.clone(),
+    k3_args(o, &["--ids".into(), o.ids.clone()], gen, mem_gb, json)
+}
+
+/// k3's arguments for a timed run: the model, `input` (the prompt or batch flags), `--gen`,
+/// the options' threads and prefill chunk, `--no-progress`, the budget flags, the extra
+/// `--k3-arg`s and `--out json`.
+pub fn k3_args(
+    o: &Options,
+    input: &[String],
+    gen: usize,
+    mem_gb: Option<f64>,
+    json: &Path,
+) -> Vec<String> {
+    let mut a = vec![o.model.display().to_string()];
+    a.extend(input.iter().cloned());
+    a.extend([
         "--gen".into(),
         gen.to_string(),
         "--threads".into(),
@@ -183,7 +195,7 @@ fn run_args(o: &Options, json: &Path, mem_gb: Option<f64>, gen: usize) -> Vec<St
         "--prefill-chunk".into(),
         o.prefill_chunk.to_string(),
         "--no-progress".into(),
-    ];
+    ]);
     a.extend(budget_flags(mem_gb));
     a.extend(o.k3_args.iter().cloned());
     a.push("--out".into());
@@ -366,11 +378,7 @@ fn one_run(o: &Options, b: &Budget, mem_gb: Option<f64>, rep: usize) -> Result<R
 /// Measures the device with the engine's patterns over the model's shards; returns every
 /// measurement (the best is the device figure).
 pub fn measure_device(o: &Options, files: &[PathBuf]) -> Result<Vec<(usize, Measurement)>, Fail> {
-    let targets: Vec<Target> = files
-        .iter()
-        .map(|p| device::open_target(p))
-        .collect::<Result<_, _>>()
-        .map_err(|e| (2, e.to_string()))?;
+    let targets = open_targets(files)?;
     let dev = idle::device_of(&files[0]);
     let io = |e: std::io::Error| (4, e.to_string());
     let mut out = Vec::new();
@@ -420,8 +428,17 @@ pub fn measure_device(o: &Options, files: &[PathBuf]) -> Result<Vec<(usize, Meas
     Ok(out)
 }
 
+/// Opens the shards for the device patterns (exit 2 naming the file that cannot be opened).
+pub fn open_targets(files: &[PathBuf]) -> Result<Vec<Target>, Fail> {
+    files
+        .iter()
+        .map(|p| device::open_target(p))
+        .collect::<Result<_, _>>()
+        .map_err(|e| (2, e.to_string()))
+}
+
 /// The seed of the device measurement's random offsets (from the clock).
-fn device_seed() -> u64 {
+pub fn device_seed() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(1, |d| d.as_secs())
@@ -449,6 +466,26 @@ pub struct Outcome {
     pub idle_after: idle::IdleReport,
 }
 
+/// The first lines of a result file's header: the command, the working directory, the machine,
+/// the storage under `shard`, k3's `--version` and the model.
+pub fn base_header(o: &Options, shard: &Path, version: &str) -> Vec<(String, String)> {
+    let mut header: Vec<(String, String)> = vec![
+        ("command".into(), o.command.clone()),
+        (
+            "cwd".into(),
+            std::env::current_dir().map_or("?".into(), |p| p.display().to_string()),
+        ),
+    ];
+    header.extend(machine::describe());
+    header.extend(machine::describe_storage(shard));
+    header.push((
+        "k3".into(),
+        format!("{} ({})", version.trim(), o.k3.display()),
+    ));
+    header.push(("model".into(), o.model.display().to_string()));
+    header
+}
+
 /// Runs the whole benchmark.
 pub fn run(o: &Options) -> Result<Outcome, Fail> {
     std::fs::create_dir_all(&o.work_dir)
@@ -472,19 +509,7 @@ pub fn run(o: &Options) -> Result<Outcome, Fail> {
         .unwrap_or(16) as usize;
     let o = &o;
 
-    let mut header: Vec<(String, String)> = Vec::new();
-    header.push(("command".into(), o.command.clone()));
-    header.push((
-        "cwd".into(),
-        std::env::current_dir().map_or("?".into(), |p| p.display().to_string()),
-    ));
-    header.extend(machine::describe());
-    header.extend(machine::describe_storage(&files[0]));
-    header.push((
-        "k3".into(),
-        format!("{} ({})", version.trim(), o.k3.display()),
-    ));
-    header.push(("model".into(), o.model.display().to_string()));
+    let mut header = base_header(o, &files[0], &version);
     header.push((
         "model_bytes".into(),
         format!(

@@ -6,7 +6,7 @@
 //! The result TSV is rewritten after every point, so an interrupted run keeps what it measured.
 
 use k3_bench::batch::{self, Point};
-use k3_bench::harness::{k3_output, say, Budget, Options};
+use k3_bench::harness::{base_header, k3_output, say, Budget, Options};
 use k3_bench::{device, idle, machine};
 use std::path::PathBuf;
 
@@ -129,17 +129,8 @@ fn run(a: &Args) -> Result<(), (i32, String)> {
     let version = k3_output(&o.k3, &["--version"])?;
     let files =
         device::expand_inputs(std::slice::from_ref(&o.model)).map_err(|e| (2, e.to_string()))?;
-    let mut header: Vec<(String, String)> = vec![
-        ("command".into(), o.command.clone()),
-        ("what".into(), "k3 --batch FILE --parallel B: B sequences (prompts batch::prompt(0..B), greedy, same --gen) per trunk sweep; per-step figures = (--gen G run - --gen 1 run) / extra sweeps, same --ctx so the same plan (bench/src/batch.rs)".into()),
-    ];
-    header.extend(machine::describe());
-    header.extend(machine::describe_storage(&files[0]));
-    header.push((
-        "k3".into(),
-        format!("{} ({})", version.trim(), o.k3.display()),
-    ));
-    header.push(("model".into(), o.model.display().to_string()));
+    let mut header = base_header(o, &files[0], &version);
+    header.insert(1, ("what".into(), "k3 --batch FILE --parallel B: B sequences (prompts batch::prompt(0..B), greedy, same --gen) per trunk sweep; per-step figures = (--gen G run - --gen 1 run) / extra sweeps, same --ctx so the same plan (bench/src/batch.rs)".into()));
     header.push((
         "runs".into(),
         format!(
