@@ -434,3 +434,38 @@ fn budget_refusals_never_read_as_equal_or_zero() {
         "{err}"
     );
 }
+
+/// FORMATS.md §9.3: a state is never saved after a failed step; an earlier file at the path
+/// stays as it was, and no temporary is left.
+#[test]
+fn a_failed_run_saves_no_state_and_keeps_the_earlier_file() {
+    let dir = copy_fixture("tiny-k3", "nonfinite_state");
+    let scratch = crate::support::scratch_dir("refusal_state_out");
+    let st = scratch.join("s.k3");
+    let o = run_k3([
+        fixture("tiny-k3").to_str().unwrap(),
+        "--ids",
+        "1,2",
+        "--gen",
+        "2",
+        "--save-state",
+        st.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let before = std::fs::read(&st).unwrap();
+    let name = "language_model.model.layers.2.self_attn.o_proj.weight";
+    let row: Vec<u8> = (0..64).flat_map(|_| 0x7f80u16.to_le_bytes()).collect();
+    patch_tensor(&dir, name, 5 * 64 * 2, &row);
+    let (code, err) = fails(&dir, &["--save-state", st.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(
+        std::fs::read(&st).unwrap(),
+        before,
+        "the earlier state was replaced"
+    );
+    let left: Vec<_> = std::fs::read_dir(&scratch)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left.len(), 1, "a temporary was left: {left:?}");
+}
