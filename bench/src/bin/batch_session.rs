@@ -1,8 +1,9 @@
 //! Batched decode benchmark in process (issue 12; the `k3 --batch` benchmark over budgets is
 //! the `batch` binary, `cargo xtask bench batch`): B = 1, 2, 4, 8 sequences stepping together
 //! through one session (one forward per step over all of them), resident trunk and tables,
-//! experts read on demand (`PreadExperts`, through the page cache). Prints per B the median step time, the
-//! aggregate tokens/s, the experts read per step, and the ratios to B = 1 of the same run.
+//! experts read on demand (`PreadExperts`, through the page cache). Prints per B the median
+//! step time, the aggregate tokens/s, the experts read per step, and the ratios to B = 1 of
+//! the same run.
 //!
 //! ```text
 //! cargo run --release -p k3-bench --bin batch_session -- <model_dir> [--gen N] [--threads N] [--layers N]
