@@ -128,12 +128,7 @@ fn run() -> Result<(), String> {
                 }
             };
             let trunk = p.trunk.streamed_bytes as f64;
-            let tables = (p.tables.vocab - p.tables.head_resident_rows) as f64 * s.row as f64
-                + if p.tables.embed_resident {
-                    0.0
-                } else {
-                    (b as u64 * s.row) as f64
-                };
+            let tables = p.tables.step_read_bytes(s.row, b) as f64;
             let hit = (p.cache_slots as f64 / s.experts_total as f64).min(1.0);
             let per_union = moe_layers as f64 * (1.0 - hit) * expert as f64;
             let experts = per_union * unions[bi];
