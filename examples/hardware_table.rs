@@ -43,12 +43,7 @@ fn main() {
             }
         };
         let trunk = p.trunk.streamed_bytes as f64;
-        let tables = (p.tables.vocab - p.tables.head_resident_rows) as f64 * s.row as f64
-            + if p.tables.embed_resident {
-                0.0
-            } else {
-                s.row as f64
-            };
+        let tables = p.tables.step_read_bytes(s.row, 1) as f64;
         let hit = (p.cache_slots as f64 / s.experts_total as f64).min(1.0);
         let experts = REQUESTS_PER_TOKEN * (1.0 - hit) * s.expert as f64;
         let read = trunk + tables + experts;

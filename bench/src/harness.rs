@@ -139,11 +139,11 @@ pub struct BudgetResult {
     pub skipped: Option<String>,
 }
 
-fn say(s: &str) {
+pub fn say(s: &str) {
     eprintln!("bench: {s}");
 }
 
-fn k3_output(k3: &Path, args: &[&str]) -> Result<String, Fail> {
+pub fn k3_output(k3: &Path, args: &[&str]) -> Result<String, Fail> {
     let out = Command::new(k3)
         .args(args)
         .output()
@@ -164,7 +164,7 @@ fn k3_output(k3: &Path, args: &[&str]) -> Result<String, Fail> {
 }
 
 /// The budget flags of one run.
-fn budget_flags(mem_gb: Option<f64>) -> Vec<String> {
+pub fn budget_flags(mem_gb: Option<f64>) -> Vec<String> {
     match mem_gb {
         Some(g) => vec!["--mem-gb".into(), format!("{g:.2}")],
         None => Vec::new(),
@@ -172,10 +172,22 @@ fn budget_flags(mem_gb: Option<f64>) -> Vec<String> {
 }
 
 fn run_args(o: &Options, json: &Path, mem_gb: Option<f64>, gen: usize) -> Vec<String> {
-    let mut a = vec![
-        o.model.display().to_string(),
-        "--ids".into(),
-        o.ids.clone(),
+    k3_args(o, &["--ids".into(), o.ids.clone()], gen, mem_gb, json)
+}
+
+/// k3's arguments for a timed run: the model, `input` (the prompt or batch flags), `--gen`,
+/// the options' threads and prefill chunk, `--no-progress`, the budget flags, the extra
+/// `--k3-arg`s and `--out json`.
+pub fn k3_args(
+    o: &Options,
+    input: &[String],
+    gen: usize,
+    mem_gb: Option<f64>,
+    json: &Path,
+) -> Vec<String> {
+    let mut a = vec![o.model.display().to_string()];
+    a.extend(input.iter().cloned());
+    a.extend([
         "--gen".into(),
         gen.to_string(),
         "--threads".into(),
@@ -183,7 +195,7 @@ fn run_args(o: &Options, json: &Path, mem_gb: Option<f64>, gen: usize) -> Vec<St
         "--prefill-chunk".into(),
         o.prefill_chunk.to_string(),
         "--no-progress".into(),
-    ];
+    ]);
     a.extend(budget_flags(mem_gb));
     a.extend(o.k3_args.iter().cloned());
     a.push("--out".into());
@@ -193,11 +205,15 @@ fn run_args(o: &Options, json: &Path, mem_gb: Option<f64>, gen: usize) -> Vec<St
 
 /// Whether the plan accepts `--mem-gb g`: runs k3 until its trunk line (printed after the plan
 /// check, ENGINE.md §6) or its exit. Exit 3 = refused; exit 2 = the flag itself is refused.
-fn plan_accepts(o: &Options, g: f64) -> Result<bool, Fail> {
+fn plan_accepts(
+    o: &Options,
+    g: f64,
+    args: &dyn Fn(&Path, f64) -> Vec<String>,
+) -> Result<bool, Fail> {
     let json = o.work_dir.join("floor-probe.json");
     let mut child = Command::new(&o.k3)
         // The same positions as the timed runs: the plan depends on them.
-        .args(run_args(o, &json, Some(g), o.gen))
+        .args(args(&json, g))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -237,19 +253,32 @@ fn plan_accepts(o: &Options, g: f64) -> Result<bool, Fail> {
     }
 }
 
-/// The smallest `--mem-gb` (to 0.05 GB) the plan accepts, between `lo` and `hi`.
+/// The smallest `--mem-gb` (to 0.05 GB) the plan accepts for the timed runs' command line,
+/// between 0.25 and `hi`.
 fn find_floor(o: &Options, hi: f64) -> Result<f64, Fail> {
+    find_floor_with(o, hi, &|json, g| run_args(o, json, Some(g), o.gen))
+}
+
+/// The smallest `--mem-gb` (to 0.05 GB, between 0.25 and `hi`) the plan accepts for the k3
+/// arguments `args(report_json, gb)` gives (the same positions and sequences as the timed
+/// runs: the plan depends on them). Errors: exit 3 when even `hi` is refused; exit 2 when k3
+/// refuses the flag itself.
+pub fn find_floor_with(
+    o: &Options,
+    hi: f64,
+    args: &dyn Fn(&Path, f64) -> Vec<String>,
+) -> Result<f64, Fail> {
     let (mut lo, mut hi) = (0.25f64, hi.max(0.5));
     say(&format!("floor: bisecting --mem-gb in [{lo:.2}, {hi:.2}]"));
-    if !plan_accepts(o, hi)? {
+    if !plan_accepts(o, hi, args)? {
         return Err((3, format!("the plan refuses even --mem-gb {hi:.2}")));
     }
-    if plan_accepts(o, lo)? {
+    if plan_accepts(o, lo, args)? {
         return Ok(lo);
     }
     while hi - lo > 0.05 {
         let m = ((lo + hi) / 2.0 * 100.0).round() / 100.0;
-        let ok = plan_accepts(o, m)?;
+        let ok = plan_accepts(o, m, args)?;
         say(&format!(
             "floor: --mem-gb {m:.2} {}",
             if ok { "accepted" } else { "refused" }
@@ -349,11 +378,7 @@ fn one_run(o: &Options, b: &Budget, mem_gb: Option<f64>, rep: usize) -> Result<R
 /// Measures the device with the engine's patterns over the model's shards; returns every
 /// measurement (the best is the device figure).
 pub fn measure_device(o: &Options, files: &[PathBuf]) -> Result<Vec<(usize, Measurement)>, Fail> {
-    let targets: Vec<Target> = files
-        .iter()
-        .map(|p| device::open_target(p))
-        .collect::<Result<_, _>>()
-        .map_err(|e| (2, e.to_string()))?;
+    let targets = open_targets(files)?;
     let dev = idle::device_of(&files[0]);
     let io = |e: std::io::Error| (4, e.to_string());
     let mut out = Vec::new();
@@ -403,8 +428,17 @@ pub fn measure_device(o: &Options, files: &[PathBuf]) -> Result<Vec<(usize, Meas
     Ok(out)
 }
 
+/// Opens the shards for the device patterns (exit 2 naming the file that cannot be opened).
+pub fn open_targets(files: &[PathBuf]) -> Result<Vec<Target>, Fail> {
+    files
+        .iter()
+        .map(|p| device::open_target(p))
+        .collect::<Result<_, _>>()
+        .map_err(|e| (2, e.to_string()))
+}
+
 /// The seed of the device measurement's random offsets (from the clock).
-fn device_seed() -> u64 {
+pub fn device_seed() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(1, |d| d.as_secs())
@@ -432,6 +466,26 @@ pub struct Outcome {
     pub idle_after: idle::IdleReport,
 }
 
+/// The first lines of a result file's header: the command, the working directory, the machine,
+/// the storage under `shard`, k3's `--version` and the model.
+pub fn base_header(o: &Options, shard: &Path, version: &str) -> Vec<(String, String)> {
+    let mut header: Vec<(String, String)> = vec![
+        ("command".into(), o.command.clone()),
+        (
+            "cwd".into(),
+            std::env::current_dir().map_or("?".into(), |p| p.display().to_string()),
+        ),
+    ];
+    header.extend(machine::describe());
+    header.extend(machine::describe_storage(shard));
+    header.push((
+        "k3".into(),
+        format!("{} ({})", version.trim(), o.k3.display()),
+    ));
+    header.push(("model".into(), o.model.display().to_string()));
+    header
+}
+
 /// Runs the whole benchmark.
 pub fn run(o: &Options) -> Result<Outcome, Fail> {
     std::fs::create_dir_all(&o.work_dir)
@@ -455,19 +509,7 @@ pub fn run(o: &Options) -> Result<Outcome, Fail> {
         .unwrap_or(16) as usize;
     let o = &o;
 
-    let mut header: Vec<(String, String)> = Vec::new();
-    header.push(("command".into(), o.command.clone()));
-    header.push((
-        "cwd".into(),
-        std::env::current_dir().map_or("?".into(), |p| p.display().to_string()),
-    ));
-    header.extend(machine::describe());
-    header.extend(machine::describe_storage(&files[0]));
-    header.push((
-        "k3".into(),
-        format!("{} ({})", version.trim(), o.k3.display()),
-    ));
-    header.push(("model".into(), o.model.display().to_string()));
+    let mut header = base_header(o, &files[0], &version);
     header.push((
         "model_bytes".into(),
         format!(

@@ -38,6 +38,19 @@ impl TablesPlan {
     pub fn streamed(&self) -> bool {
         self.head_resident_rows < self.vocab || !self.embed_resident
     }
+    /// Bytes of the tables one decode step of `sequences` rows reads, each table row `row`
+    /// bytes (2·H): the streamed lm_head rows once for all rows, and one embedding row per
+    /// sequence when the embedding streams (ENGINE.md §4). Used for predictions
+    /// (examples/hardware_table.rs, bench `batch_predict`).
+    pub fn step_read_bytes(&self, row: u64, sequences: usize) -> u64 {
+        let head = self.vocab.saturating_sub(self.head_resident_rows) as u64 * row;
+        let embed = if self.embed_resident {
+            0
+        } else {
+            sequences as u64 * row
+        };
+        head + embed
+    }
     /// The tables line of the report (ENGINE.md §6).
     pub fn line(&self) -> String {
         let r = self.head_resident_rows;
@@ -156,5 +169,28 @@ impl ModelSizes {
             bytes: self.tables_bytes(rows, embed_resident),
             reason,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TablesPlan;
+
+    #[test]
+    fn a_step_reads_the_streamed_head_rows_once_and_an_embedding_row_per_sequence() {
+        let t = TablesPlan {
+            head_resident_rows: 60,
+            vocab: 100,
+            embed_resident: false,
+            ..TablesPlan::default()
+        };
+        assert_eq!(t.step_read_bytes(10, 1), 40 * 10 + 10);
+        assert_eq!(t.step_read_bytes(10, 8), 40 * 10 + 80);
+        let resident = TablesPlan {
+            head_resident_rows: 100,
+            embed_resident: true,
+            ..t
+        };
+        assert_eq!(resident.step_read_bytes(10, 8), 0);
     }
 }

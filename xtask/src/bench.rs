@@ -2,12 +2,19 @@
 //! `k3` and the `roofline` harness (bench/src/harness.rs) in release mode, then runs the
 //! harness with the options given, recording this command line in the result files under
 //! bench/results/. `cargo xtask bench --help` lists the options.
+//!
+//! `cargo xtask bench batch [options]`: the batch benchmark (issue 12, ENGINE.md §10; the
+//! `batch` binary, bench/src/batch.rs) the same way; `cargo xtask bench batch --help`.
 
 use crate::{workspace_root, Failure};
 use std::process::Command;
 
 /// Runs the task; the harness's exit code is passed through.
 pub fn main(args: &[String]) -> Result<(), Failure> {
+    let (bin, args, task) = match args.first().map(String::as_str) {
+        Some("batch") => ("batch", &args[1..], "bench batch"),
+        _ => ("roofline", args, "bench"),
+    };
     let root = workspace_root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(&cargo)
@@ -22,7 +29,7 @@ pub fn main(args: &[String]) -> Result<(), Failure> {
             "-p",
             "k3-bench",
             "--bin",
-            "roofline",
+            bin,
         ])
         .status()
         .map_err(|e| Failure::Failed(format!("{cargo}: {e}")))?;
@@ -32,20 +39,20 @@ pub fn main(args: &[String]) -> Result<(), Failure> {
         ));
     }
     let release = root.join("target/release");
-    let mut cmd = Command::new(release.join("roofline"));
+    let mut cmd = Command::new(release.join(bin));
     cmd.current_dir(&root);
     if !args.iter().any(|a| a == "--k3") {
         cmd.arg("--k3").arg(release.join("k3"));
     }
     if !args.iter().any(|a| a == "--command") {
         let quoted: Vec<String> = args.iter().map(|a| crate::gates::shell_quote(a)).collect();
-        let line = format!("cargo xtask bench {}", quoted.join(" "));
+        let line = format!("cargo xtask {task} {}", quoted.join(" "));
         cmd.arg("--command").arg(line.trim_end());
     }
     cmd.args(args);
     let status = cmd
         .status()
-        .map_err(|e| Failure::Failed(format!("{}: {e}", release.join("roofline").display())))?;
+        .map_err(|e| Failure::Failed(format!("{}: {e}", release.join(bin).display())))?;
     match status.code() {
         Some(0) => Ok(()),
         Some(c) => Err(Failure::Exit(u8::try_from(c).unwrap_or(1).max(1))),

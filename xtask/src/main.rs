@@ -62,7 +62,7 @@ const TASKS: &[(&str, &str, TaskFn)] = &[
     ),
     (
         "bench",
-        "end-to-end roofline benchmark of k3 at several memory budgets (--model DIR --reps N --budgets ...)",
+        "end-to-end roofline benchmark of k3 at several memory budgets (--model DIR --reps N --budgets ...); `bench batch`: B sequences per trunk sweep (--budgets floor,7.4,resident --bs 1,2,4,8)",
         bench::main,
     ),
     (
