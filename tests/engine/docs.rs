@@ -229,10 +229,7 @@ fn the_link_scanner_sees_links_and_skips_code() {
     let t = "a [x](docs/a.md) `[y](no.md)` [z](b.md#h)\n```\n[w](c.md)\n```\n";
     assert_eq!(links(t), vec!["docs/a.md", "b.md#h"]);
     assert_eq!(slug(" Exit codes"), "exit-codes");
-    assert_eq!(
-        slug("Session state file (v1)"),
-        "session-state-file-v1"
-    );
+    assert_eq!(slug("Session state file (v1)"), "session-state-file-v1");
 }
 
 use crate::support;
