@@ -38,6 +38,8 @@ pub struct OpenOptions<'a> {
     pub packed: Option<&'a (PackedTrunk, Arc<IoFile>)>,
     /// The `--dump-cache-trace` writer, created before any work.
     pub trace: Option<TraceWriter>,
+    /// Told after each pinned trunk layer is read: (done, total pinned, bytes so far).
+    pub loaded: Option<fn(usize, usize, u64)>,
 }
 
 /// A model bound for a run: the weights, the streamed trunk and the (traced) expert cache.
@@ -115,6 +117,7 @@ impl Run {
             policy: o.policy,
             packed: o.packed.map(|(pt, bin)| (pt, Arc::clone(bin))),
             expert_io_threads: 4,
+            loaded: o.loaded,
         };
         let bound = streamed::bind(index, cfg, prep, &conf)?;
         let (slots, stride, policy) = bound.experts.geometry();

@@ -57,6 +57,8 @@ pub struct StreamConfig<'a> {
     pub packed: Option<(&'a PackedTrunk, Arc<IoFile>)>,
     /// Expert-read threads.
     pub expert_io_threads: usize,
+    /// Told after each pinned layer is read: (done, total pinned, bytes so far); for progress.
+    pub loaded: Option<fn(usize, usize, u64)>,
 }
 
 /// A model bound for a streamed run.
@@ -181,6 +183,7 @@ pub fn bind(
         tables_src,
         trunk_io,
         table_io,
+        conf.loaded,
     )?;
     let shape = ExpertShape {
         inter: dims.i,

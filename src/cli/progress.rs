@@ -1,5 +1,6 @@
-//! Progress of the prompt's forward on a terminal (ENGINE.md §6): the layer being bound, at
-//! most five times a second, and each finished prefill chunk, on standard error.
+//! Progress on a terminal (ENGINE.md §6), on standard error, rewriting one line: the pinned
+//! trunk layers as they load, and the prompt's forward (the layer being bound, at most five
+//! times a second, and each finished prefill chunk).
 
 use crate::run::Progress;
 use std::time::Instant;
@@ -42,5 +43,17 @@ impl Progress for TerminalProgress {
         if self.shown.take().is_some() {
             crate::say!("\r\x1b[K");
         }
+    }
+}
+
+/// One line per pinned trunk layer read while the model loads: `done` of `total`, `bytes` so
+/// far; the line is cleared after the last.
+pub fn pinned_layers(done: usize, total: usize, bytes: u64) {
+    crate::say!(
+        "\rloading pinned trunk layers: {done}/{total} ({})\x1b[K",
+        crate::units::gb(bytes)
+    );
+    if done == total {
+        crate::say!("\r\x1b[K");
     }
 }

@@ -529,11 +529,15 @@ fn execute(
         want_all,
     };
     let rp = plan_memory(&pi, rep)?;
+    // Pinning can read up to the whole trunk (109 GB at the released widths) before the first
+    // token: on a terminal, say how far it is (ENGINE.md §6).
+    let show_loading = !quiet && !req.no_progress && crate::io::sys::stderr_is_terminal();
     let open = OpenOptions {
         plan: &rp,
         policy: &req.policy,
         packed: packed.as_ref(),
         trace: inp.trace.take(),
+        loaded: show_loading.then_some(super::progress::pinned_layers as fn(usize, usize, u64)),
     };
     let run = Run::open(&index, &inp.cfg, &census, &prep, open, rep)?;
     let mut sess = run.into_session(ex, req.chunk)?;

@@ -345,6 +345,7 @@ fn short_expert_read_fails_the_forward_and_publishes_nothing() {
         policy: "lru",
         packed: None,
         expert_io_threads: 2,
+        loaded: None,
     };
     let mut b = bind(&index, &cfg, &prep, &conf).unwrap();
     // layer 1's experts are the first bytes of shard 2's data section: cut them off
