@@ -23,6 +23,7 @@ use k3_kernels::Fnv1a64;
 use std::time::Instant;
 
 mod resume;
+mod turn;
 
 /// The environment variable of the forced-reply test hook (module docs).
 pub const FORCE_IDS_ENV: &str = "K3_TEST_FORCE_IDS";

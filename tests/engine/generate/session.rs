@@ -240,3 +240,74 @@ fn snapshot_and_restore_continue_bit_for_bit() {
         assert_eq!(q.logits_hash(), hash);
     }
 }
+
+/// A second turn continued on the same sequence (only the new ids prefilled) gives the same
+/// logits bits as one fresh sequence over the concatenated ids: greedy and sampled, and when
+/// the first turn stopped on a stop id (which then runs with the new input).
+#[test]
+fn continued_turn_equals_one_run_over_the_concatenated_ids() {
+    let mut sess = session(2);
+    for (t, stops) in [(0.0, vec![]), (0.9, vec![]), (0.0, vec![7u32])] {
+        let p = prompt(5, 3);
+        let mut s = sess
+            .sequence(&p, 64, opts(t, 77, 4, stops.clone()))
+            .unwrap();
+        sess.prefill(&mut s, None, &mut |_| Ok(())).unwrap();
+        while s.active() {
+            sess.step(&mut [&mut s], &mut |_| Ok(())).unwrap();
+        }
+        let turn2 = prompt(4, 8);
+        let ran_before = s.state().n_pos;
+        s.continue_with(&turn2, opts(t, 77, 3, stops.clone()).rules)
+            .unwrap();
+        assert_eq!(s.generated(), &[] as &[u32]);
+        let mut rows_run = 0;
+        let mut one = opts(t, 77, 3, stops.clone());
+        one.all_rows = false;
+        sess.prefill(&mut s, None, &mut |_| Ok(())).unwrap();
+        rows_run += s.state().n_pos - ran_before;
+        assert_eq!(rows_run, s.ids().len() - ran_before);
+        assert!(
+            rows_run <= turn2.len() + 1,
+            "only the new ids (and the pending one) run"
+        );
+        let whole = s.ids().to_vec();
+        let mut fresh = sess.sequence(&whole, 64, one).unwrap();
+        sess.prefill(&mut fresh, None, &mut |_| Ok(())).unwrap();
+        assert_eq!(s.logits(), fresh.logits(), "prefill logits at t={t}");
+        let mut per = |q: &mut Sequence| {
+            let mut v = Vec::new();
+            while q.active() {
+                sess.step(&mut [&mut *q], &mut |ev| {
+                    if let StepEvent::Chosen(_, c) = ev {
+                        v.push(c.logits_fnv1a64);
+                    }
+                    Ok(())
+                })
+                .unwrap();
+            }
+            (q.generated().to_vec(), v)
+        };
+        assert_eq!(per(&mut s), per(&mut fresh), "second turn at t={t}");
+    }
+}
+
+/// A turn past the sequence's capacity is refused and leaves the sequence as it was.
+#[test]
+fn continued_turn_past_the_context_is_refused_unchanged() {
+    let mut sess = session(1);
+    let mut s = sess
+        .sequence(&prompt(5, 1), 64, opts(0.0, 1, 2, vec![]))
+        .unwrap();
+    sess.prefill(&mut s, None, &mut |_| Ok(())).unwrap();
+    while s.active() {
+        sess.step(&mut [&mut s], &mut |_| Ok(())).unwrap();
+    }
+    let before = s.ids().to_vec();
+    let e = s
+        .continue_with(&prompt(60, 2), opts(0.0, 1, 2, vec![]).rules)
+        .unwrap_err();
+    assert!(e.to_string().contains("context"), "{e}");
+    assert_eq!(s.ids(), &before[..]);
+    assert!(!s.active());
+}

@@ -1,0 +1,52 @@
+//! A sequence's next turn (TOKENIZER.md §11, ENGINE.md §9): a conversation, or a server request
+//! that reuses a held prefix, continues the same sequence instead of recomputing it. The ids
+//! already generated stay in the history as they were generated; the new input (a user turn, a
+//! tool result, a closing of an answer cut early) is appended and prefilled from the state left
+//! by the previous turn, so only the new ids run.
+
+use super::Sequence;
+use crate::error::{Error, Result};
+use crate::generate::stop::StopRules;
+use crate::generate::stop::StopText;
+use crate::tokenizer::stream::StreamDecoder;
+
+impl Sequence {
+    /// Appends `input` as the next turn's prompt and starts a new turn under `rules` (its
+    /// `--gen` counts from here; `--ctx` still counts the whole sequence). Whatever the last
+    /// turn chose but did not run (the id that stopped it, or the pending id of a turn cut
+    /// short) runs in the next [`Session::prefill`](super::Session::prefill) together with
+    /// `input`. The sampler settings, decode state and running logits hash carry on; the
+    /// per-turn text state (`--stop` strings) starts afresh. After it the generated ids are
+    /// this turn's; the whole history stays in [`Sequence::ids`].
+    ///
+    /// Errors (exit 2): the sequence would exceed its capacity or `rules`' `--ctx` (naming
+    /// both counts); nothing to run (no input and nothing pending). The sequence is left
+    /// unchanged on error.
+    pub fn continue_with(&mut self, input: &[u32], rules: StopRules) -> Result<()> {
+        let len = self.ids.len() + input.len();
+        if len <= self.state.n_pos {
+            return Err(Error::invalid(
+                "continue a sequence: no new ids to run (give the next turn's ids)",
+            ));
+        }
+        if len > self.state.capacity {
+            return Err(Error::invalid(format!(
+                "continue a sequence: {len} ids would exceed its context of {} ids",
+                self.state.capacity
+            )));
+        }
+        rules.check_prompt(len as u64)?;
+        self.ids.extend_from_slice(input);
+        self.prompt_len = self.ids.len();
+        self.pending = None;
+        self.stop = None;
+        self.text = if rules.stop_texts().is_empty() {
+            None
+        } else {
+            Some((StreamDecoder::new(), StopText::new(rules.stop_texts())))
+        };
+        self.rules = rules;
+        self.released.clear();
+        Ok(())
+    }
+}
