@@ -17,23 +17,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 use tiktoken_rs::CoreBPE;
 
-const PATTERN: &str = concat!(
-    r"[\p{Han}]+",
-    "|",
-    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
-    "|",
-    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
-    "|",
-    r"\p{N}{1,3}",
-    "|",
-    r" ?[^\s\p{L}\p{N}]+[\r\n]*",
-    "|",
-    r"\s*[\r\n]+",
-    "|",
-    r"\s+(?!\S)",
-    "|",
-    r"\s+",
-);
+// The pattern, shared with the tests (one copy).
+include!("../../../tests/engine/support/tokenizer/kimi_pattern.rs");
 
 /// xorshift64*: a fixed, dependency-free stream so the document is the same in every run.
 struct Rng(u64);
@@ -281,7 +266,7 @@ fn main() {
         let enc = (0..v.len() as u32)
             .map(|r| (v.token(r).to_vec(), r))
             .collect();
-        CoreBPE::new(enc, Default::default(), PATTERN).expect("reference")
+        CoreBPE::new(enc, Default::default(), KIMI_PATTERN).expect("reference")
     };
 
     let mut rows: Vec<String> = Vec::new();

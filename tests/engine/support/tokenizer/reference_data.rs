@@ -1,25 +1,9 @@
 //! The reference tokenizer's data, with no dependency on k3: the Kimi pattern and the real
 //! vocabulary from `splintr-vocab-kimi`. Shared by `tests/engine/support/tokenizer.rs` and the chat
-//! oracle (`chat-oracle/`, which includes this file by path).
+//! oracle (`chat-oracle/`, which includes this file by path). The pattern itself is in
+//! `kimi_pattern.rs`, which the tokenizer bench includes too.
 
-/// The Kimi pre-tokeniser pattern, verbatim from the official tokenizer.
-pub const KIMI_PATTERN: &str = concat!(
-    r"[\p{Han}]+",
-    "|",
-    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
-    "|",
-    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
-    "|",
-    r"\p{N}{1,3}",
-    "|",
-    r" ?[^\s\p{L}\p{N}]+[\r\n]*",
-    "|",
-    r"\s*[\r\n]+",
-    "|",
-    r"\s+(?!\S)",
-    "|",
-    r"\s+",
-);
+include!("kimi_pattern.rs");
 
 /// Decodes splintr's packed vocabulary: "SPLNTRV1", u32 LE count, then per entry
 /// LEB128 rank, LEB128 length, bytes.
