@@ -192,55 +192,11 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
             if a.positional.len() == 1 { "" } else { "s" }
         )));
     }
-    let preset = match a.value("preset")? {
-        None => None,
-        Some(p) if p == "auto" => None,
-        Some(p) => Some(crate::plan::preset(&p).ok_or_else(|| {
-            Error::invalid(format!(
-                "flag `--preset {p}`: unknown preset (known: auto, {}; see k3 --list-presets)",
-                crate::plan::PRESETS
-                    .iter()
-                    .map(|p| p.name)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
-        })?),
-    };
-    let ring = a.parsed::<usize>("trunk-ring", "a positive integer")?;
-    if ring == Some(0) {
-        return Err(Error::invalid("flag `--trunk-ring`: must be at least 1"));
-    }
-    let budget = Budget {
-        preset,
-        mem: gb_flag(&a, "mem-gb")?,
-        trunk: gb_flag(&a, "trunk-gb")?,
-        cache: gb_flag(&a, "cache-gb")?,
-        ring,
-    };
-    if let (Some(p), Some(_)) = (preset, budget.mem) {
-        return Err(Error::invalid(format!(
-            "flags `--preset {}` and `--mem-gb`: a fixed preset sets its own budgets; give one of them",
-            p.name
-        )));
-    }
-    let policy = a
-        .value("cache-policy")?
-        .unwrap_or_else(|| DEFAULT_POLICY.to_string());
-    if !POLICY_NAMES.contains(&policy.as_str()) {
-        return Err(Error::invalid(format!(
-            "flag `--cache-policy {policy}`: unknown policy (known: {})",
-            POLICY_NAMES.join(", ")
-        )));
-    }
-    let trunk_dir = a.value_os("trunk").map(PathBuf::from);
-    if let Some(t) = &trunk_dir {
-        if !t.is_dir() {
-            return Err(Error::invalid(format!(
-                "flag `--trunk {}`: not a directory (write a packed trunk with `k3 pack-trunk <model_dir> <out_dir>`)",
-                t.display()
-            )));
-        }
-    }
+    let MemoryFlags {
+        budget,
+        policy,
+        trunk_dir,
+    } = memory_flags(&a)?;
     let mut sampling = SamplerOverrides::default();
     for s in Setting::ALL {
         if let Some(v) = a.value(&s.flag()[2..])? {
@@ -308,19 +264,7 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
     if ctx == Some(0) {
         return Err(Error::invalid("flag `--ctx 0`: must be at least 1"));
     }
-    let threads = a.parsed::<usize>("threads", "a positive integer")?;
-    if let Some(t) = threads {
-        if !(1..=k3_kernels::pool::MAX_THREADS).contains(&t) {
-            return Err(Error::invalid(format!(
-                "flag `--threads {t}`: expected 1 to {}",
-                k3_kernels::pool::MAX_THREADS
-            )));
-        }
-    }
-    let layers = a.parsed::<usize>("layers", "a positive integer")?;
-    if layers == Some(0) {
-        return Err(Error::invalid("flag `--layers`: must be at least 1"));
-    }
+    let (threads, layers) = compute_flags(&a)?;
     let (full_recompute, quiet, isa) = (
         a.switch("full-recompute"),
         a.switch("quiet"),
@@ -367,6 +311,94 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
         policy,
         args: a,
     }))
+}
+
+/// The memory options of a model (ENGINE.md §4): the budget flags, the expert-cache policy
+/// and a packed trunk.
+pub(crate) struct MemoryFlags {
+    /// `--preset`, `--mem-gb`, `--trunk-gb`, `--cache-gb`, `--trunk-ring`.
+    pub(crate) budget: Budget,
+    /// `--cache-policy` (default [`DEFAULT_POLICY`]).
+    pub(crate) policy: String,
+    /// `--trunk DIR`, checked to be a directory.
+    pub(crate) trunk_dir: Option<PathBuf>,
+}
+
+/// Reads and checks the memory options (exit 2 naming the flag): an unknown preset or
+/// policy, a preset with `--mem-gb`, a zero ring, a `--trunk` that is not a directory.
+pub(crate) fn memory_flags(a: &Args) -> Result<MemoryFlags> {
+    let preset = match a.value("preset")? {
+        None => None,
+        Some(p) if p == "auto" => None,
+        Some(p) => Some(crate::plan::preset(&p).ok_or_else(|| {
+            Error::invalid(format!(
+                "flag `--preset {p}`: unknown preset (known: auto, {}; see k3 --list-presets)",
+                crate::plan::PRESETS
+                    .iter()
+                    .map(|p| p.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?),
+    };
+    let ring = a.parsed::<usize>("trunk-ring", "a positive integer")?;
+    if ring == Some(0) {
+        return Err(Error::invalid("flag `--trunk-ring`: must be at least 1"));
+    }
+    let budget = Budget {
+        preset,
+        mem: gb_flag(a, "mem-gb")?,
+        trunk: gb_flag(a, "trunk-gb")?,
+        cache: gb_flag(a, "cache-gb")?,
+        ring,
+    };
+    if let (Some(p), Some(_)) = (preset, budget.mem) {
+        return Err(Error::invalid(format!(
+            "flags `--preset {}` and `--mem-gb`: a fixed preset sets its own budgets; give one of them",
+            p.name
+        )));
+    }
+    let policy = a
+        .value("cache-policy")?
+        .unwrap_or_else(|| DEFAULT_POLICY.to_string());
+    if !POLICY_NAMES.contains(&policy.as_str()) {
+        return Err(Error::invalid(format!(
+            "flag `--cache-policy {policy}`: unknown policy (known: {})",
+            POLICY_NAMES.join(", ")
+        )));
+    }
+    let trunk_dir = a.value_os("trunk").map(PathBuf::from);
+    if let Some(t) = &trunk_dir {
+        if !t.is_dir() {
+            return Err(Error::invalid(format!(
+                "flag `--trunk {}`: not a directory (write a packed trunk with `k3 pack-trunk <model_dir> <out_dir>`)",
+                t.display()
+            )));
+        }
+    }
+    Ok(MemoryFlags {
+        budget,
+        policy,
+        trunk_dir,
+    })
+}
+
+/// `--threads` (1 to the pool's maximum) and `--layers` (at least 1), checked (exit 2).
+pub(crate) fn compute_flags(a: &Args) -> Result<(Option<usize>, Option<usize>)> {
+    let threads = a.parsed::<usize>("threads", "a positive integer")?;
+    if let Some(t) = threads {
+        if !(1..=k3_kernels::pool::MAX_THREADS).contains(&t) {
+            return Err(Error::invalid(format!(
+                "flag `--threads {t}`: expected 1 to {}",
+                k3_kernels::pool::MAX_THREADS
+            )));
+        }
+    }
+    let layers = a.parsed::<usize>("layers", "a positive integer")?;
+    if layers == Some(0) {
+        return Err(Error::invalid("flag `--layers`: must be at least 1"));
+    }
+    Ok((threads, layers))
 }
 
 /// The output files (`--out`, `--dump-logits`, `--dump-cache-trace`), checked and their
