@@ -5,7 +5,11 @@ fn peer() -> SocketAddr {
 }
 
 fn small() -> Limits {
-    Limits { max_header_bytes: 256, max_body_bytes: 100, ..Limits::default() }
+    Limits {
+        max_header_bytes: 256,
+        max_body_bytes: 100,
+        ..Limits::default()
+    }
 }
 
 /// Every request of `input`, each with the bytes it took, or the first error's status;
@@ -16,7 +20,10 @@ fn parse_fed(input: &[u8], limits: &Limits, cuts: &[usize]) -> Result<Vec<(Reque
     let mut start = 0;
     for &cut in cuts.iter().chain(std::iter::once(&input.len())) {
         loop {
-            match parser.advance(&input[start..cut.max(start)]).map_err(|e| e.status)? {
+            match parser
+                .advance(&input[start..cut.max(start)])
+                .map_err(|e| e.status)?
+            {
                 Step::NeedMore => break,
                 Step::Done { request, consumed } => {
                     out.push((request, consumed));
@@ -41,7 +48,11 @@ fn one(input: &str) -> Request {
 fn status(input: &[u8], limits: &Limits) -> u16 {
     match parse(input, limits) {
         Err(s) => s,
-        Ok(r) => panic!("expected an error for {:?}, got {} requests", String::from_utf8_lossy(input), r.len()),
+        Ok(r) => panic!(
+            "expected an error for {:?}, got {} requests",
+            String::from_utf8_lossy(input),
+            r.len()
+        ),
     }
 }
 
@@ -49,7 +60,12 @@ fn status(input: &[u8], limits: &Limits) -> u16 {
 fn check_splits(input: &[u8], limits: &Limits) {
     let whole = parse(input, limits);
     for k in 0..=input.len() {
-        assert_eq!(parse_fed(input, limits, &[k]), whole, "split at {k} of {:?}", String::from_utf8_lossy(input));
+        assert_eq!(
+            parse_fed(input, limits, &[k]),
+            whole,
+            "split at {k} of {:?}",
+            String::from_utf8_lossy(input)
+        );
     }
     let bytes: Vec<usize> = (0..input.len()).collect();
     assert_eq!(parse_fed(input, limits, &bytes), whole, "byte by byte");
@@ -97,7 +113,10 @@ fn every_split_gives_the_same_result() {
     for c in cases {
         check_splits(c, &small());
     }
-    let big = format!("GET / HTTP/1.1\r\nHost: h\r\nX: {}\r\n\r\n", "a".repeat(300));
+    let big = format!(
+        "GET / HTTP/1.1\r\nHost: h\r\nX: {}\r\n\r\n",
+        "a".repeat(300)
+    );
     check_splits(big.as_bytes(), &small());
     let long_line = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(MAX_REQUEST_LINE));
     assert_eq!(status(long_line.as_bytes(), &small()), 414);
@@ -120,34 +139,69 @@ fn pipelined_requests_in_one_buffer() {
 fn keep_alive_per_version_and_connection() {
     let ka = |s: &str| one(s).keep_alive();
     assert!(ka("GET / HTTP/1.1\r\nHost: h\r\n\r\n"));
-    assert!(!ka("GET / HTTP/1.1\r\nHost: h\r\nConnection: Close\r\n\r\n"));
-    assert!(!ka("GET / HTTP/1.1\r\nHost: h\r\nConnection: upgrade, close\r\n\r\n"));
+    assert!(!ka(
+        "GET / HTTP/1.1\r\nHost: h\r\nConnection: Close\r\n\r\n"
+    ));
+    assert!(!ka(
+        "GET / HTTP/1.1\r\nHost: h\r\nConnection: upgrade, close\r\n\r\n"
+    ));
     assert!(!ka("GET / HTTP/1.0\r\n\r\n"));
     assert!(ka("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n"));
-    assert!(!ka("GET / HTTP/1.0\r\nConnection: keep-alive, close\r\n\r\n"));
+    assert!(!ka(
+        "GET / HTTP/1.0\r\nConnection: keep-alive, close\r\n\r\n"
+    ));
 }
 
 #[test]
 fn header_limit_431() {
     let l = small();
-    let head = |pad: usize| format!("GET / HTTP/1.1\r\nHost: h\r\nX: {}\r\n\r\n", "a".repeat(pad));
+    let head = |pad: usize| {
+        format!(
+            "GET / HTTP/1.1\r\nHost: h\r\nX: {}\r\n\r\n",
+            "a".repeat(pad)
+        )
+    };
     let fits = 256 - head(0).len();
     assert_eq!(parse(head(fits).as_bytes(), &l).unwrap().len(), 1);
     assert_eq!(status(head(fits + 1).as_bytes(), &l), 431);
     // Also while the head is still incomplete, as soon as it passes the limit.
     let open = format!("GET / HTTP/1.1\r\nHost: h\r\nX: {}", "a".repeat(300));
     assert_eq!(status(open.as_bytes(), &l), 431);
-    let hundred_k = format!("GET / HTTP/1.1\r\nHost: h\r\nX: {}\r\n\r\n", "a".repeat(100 * 1024));
+    let hundred_k = format!(
+        "GET / HTTP/1.1\r\nHost: h\r\nX: {}\r\n\r\n",
+        "a".repeat(100 * 1024)
+    );
     assert_eq!(status(hundred_k.as_bytes(), &Limits::default()), 431);
 }
 
 #[test]
 fn body_limit_413_before_the_body() {
     let l = small();
-    assert_eq!(one_with(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 100\r\n\r\n", &[b'x'; 100], &l).body.len(), 100);
+    assert_eq!(
+        one_with(
+            b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 100\r\n\r\n",
+            &[b'x'; 100],
+            &l
+        )
+        .body
+        .len(),
+        100
+    );
     // The head alone is enough to refuse.
-    assert_eq!(status(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 101\r\n\r\n", &l), 413);
-    assert_eq!(status(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 99999999999999999999999\r\n\r\n", &l), 413);
+    assert_eq!(
+        status(
+            b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 101\r\n\r\n",
+            &l
+        ),
+        413
+    );
+    assert_eq!(
+        status(
+            b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+            &l
+        ),
+        413
+    );
     let chunked = b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n";
     assert_eq!(one_with(chunked, b"32\r\n01234567890123456789012345678901234567890123456789\r\n32\r\n01234567890123456789012345678901234567890123456789\r\n0\r\n\r\n", &l).body.len(), 100);
     let mut over = chunked.to_vec();
@@ -199,30 +253,82 @@ fn malformed_heads_400() {
 fn framing_errors() {
     let l = Limits::default();
     let s = |x: &str| status(x.as_bytes(), &l);
-    assert_eq!(s("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n"), 400);
-    assert_eq!(s("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"), 400);
-    assert_eq!(s("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"), 501);
-    assert_eq!(s("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, chunked\r\n\r\n"), 400);
-    assert_eq!(s("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n"), 400);
-    assert_eq!(s("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: +2\r\n\r\n"), 400);
-    assert_eq!(s("POST / HTTP/1.1\r\nHost: h\r\nContent-Length:\r\n\r\n"), 400);
-    assert_eq!(s("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"), 400);
-    assert_eq!(s("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n"), 400);
-    assert_eq!(s("GET / HTTP/1.1\r\nHost: h\r\nExpect: something\r\n\r\n"), 417);
+    assert_eq!(
+        s("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n"),
+        400
+    );
+    assert_eq!(
+        s("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"),
+        400
+    );
+    assert_eq!(
+        s("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"),
+        501
+    );
+    assert_eq!(
+        s("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, chunked\r\n\r\n"),
+        400
+    );
+    assert_eq!(
+        s("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n"),
+        400
+    );
+    assert_eq!(
+        s("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: +2\r\n\r\n"),
+        400
+    );
+    assert_eq!(
+        s("POST / HTTP/1.1\r\nHost: h\r\nContent-Length:\r\n\r\n"),
+        400
+    );
+    assert_eq!(
+        s("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"),
+        400
+    );
+    assert_eq!(
+        s("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n"),
+        400
+    );
+    assert_eq!(
+        s("GET / HTTP/1.1\r\nHost: h\r\nExpect: something\r\n\r\n"),
+        417
+    );
     assert_eq!(s("GET / HTTP/2.0\r\n\r\n"), 505);
     assert_eq!(s("GET / HTTP/1.2\r\n\r\n"), 505);
-    let target = format!("GET /{} HTTP/1.1\r\nHost: h\r\n\r\n", "a".repeat(MAX_TARGET_BYTES));
-    assert_eq!(status(target.as_bytes(), &Limits { max_header_bytes: 100_000, ..l.clone() }), 414);
+    let target = format!(
+        "GET /{} HTTP/1.1\r\nHost: h\r\n\r\n",
+        "a".repeat(MAX_TARGET_BYTES)
+    );
+    assert_eq!(
+        status(
+            target.as_bytes(),
+            &Limits {
+                max_header_bytes: 100_000,
+                ..l.clone()
+            }
+        ),
+        414
+    );
     // Equal copies of one Content-Length are one length.
-    let r = one("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 2, 2\r\nContent-Length: 2\r\n\r\nab");
+    let r =
+        one("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 2, 2\r\nContent-Length: 2\r\n\r\nab");
     assert_eq!(r.body, b"ab");
 }
 
 #[test]
 fn target_forms() {
-    assert_eq!(one("GET http://example.com:80/a/b?q HTTP/1.1\r\nHost: h\r\n\r\n").target, "/a/b?q");
-    assert_eq!(one("GET HTTPS://example.com HTTP/1.1\r\nHost: h\r\n\r\n").target, "/");
-    assert_eq!(one("GET http://example.com?q=1 HTTP/1.1\r\nHost: h\r\n\r\n").target, "/?q=1");
+    assert_eq!(
+        one("GET http://example.com:80/a/b?q HTTP/1.1\r\nHost: h\r\n\r\n").target,
+        "/a/b?q"
+    );
+    assert_eq!(
+        one("GET HTTPS://example.com HTTP/1.1\r\nHost: h\r\n\r\n").target,
+        "/"
+    );
+    assert_eq!(
+        one("GET http://example.com?q=1 HTTP/1.1\r\nHost: h\r\n\r\n").target,
+        "/?q=1"
+    );
     assert_eq!(one("OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n").target, "*");
 }
 
@@ -238,13 +344,23 @@ fn expect_continue_until_the_body_arrives() {
     assert!(p.expects_continue());
     let mut all = head.to_vec();
     all.extend_from_slice(b"abc");
-    assert!(matches!(p.advance(&all).unwrap(), Step::Done { consumed, .. } if consumed == all.len()));
+    assert!(
+        matches!(p.advance(&all).unwrap(), Step::Done { consumed, .. } if consumed == all.len())
+    );
     assert!(!p.expects_continue());
     // No body, nothing to continue; HTTP/1.0 does not know 100.
     let mut p = RequestParser::new(&l, peer());
-    assert!(matches!(p.advance(b"POST / HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\n\r\n").unwrap(), Step::Done { .. }));
+    assert!(matches!(
+        p.advance(b"POST / HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\n\r\n")
+            .unwrap(),
+        Step::Done { .. }
+    ));
     let mut p = RequestParser::new(&l, peer());
-    assert_eq!(p.advance(b"POST / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n").unwrap(), Step::NeedMore);
+    assert_eq!(
+        p.advance(b"POST / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n")
+            .unwrap(),
+        Step::NeedMore
+    );
     assert!(!p.expects_continue());
 }
 

@@ -34,17 +34,27 @@ fn whole_response_with_content_length() {
         let again = r.send(Response::new(200, "text/plain", Vec::new()));
         assert_eq!(again.unwrap_err().kind(), io::ErrorKind::AlreadyExists);
     });
-    assert_eq!(s, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-A: b\r\nContent-Length: 2\r\n\r\nhi");
+    assert_eq!(
+        s,
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-A: b\r\nContent-Length: 2\r\n\r\nhi"
+    );
     assert!(reusable);
 }
 
 #[test]
 fn connection_header_per_version_and_wish() {
     let resp = || Response::new(404, "application/json", b"{}".to_vec());
-    let (s, reusable) = sent(&request("GET", Version::Http11), false, |r| r.send(resp()).unwrap());
+    let (s, reusable) = sent(&request("GET", Version::Http11), false, |r| {
+        r.send(resp()).unwrap()
+    });
     assert!(s.contains("\r\nConnection: close\r\n") && !reusable, "{s}");
-    let (s, reusable) = sent(&request("GET", Version::Http10), true, |r| r.send(resp()).unwrap());
-    assert!(s.contains("\r\nConnection: keep-alive\r\n") && reusable, "{s}");
+    let (s, reusable) = sent(&request("GET", Version::Http10), true, |r| {
+        r.send(resp()).unwrap()
+    });
+    assert!(
+        s.contains("\r\nConnection: keep-alive\r\n") && reusable,
+        "{s}"
+    );
     let (s, reusable) = sent(&request("GET", Version::Http11), true, |r| {
         r.send(resp().header("connection", "Close")).unwrap()
     });
@@ -55,13 +65,18 @@ fn connection_header_per_version_and_wish() {
 #[test]
 fn head_and_bodiless_statuses() {
     let (s, _) = sent(&request("HEAD", Version::Http11), true, |r| {
-        r.send(Response::new(200, "text/plain", b"hello".to_vec())).unwrap()
+        r.send(Response::new(200, "text/plain", b"hello".to_vec()))
+            .unwrap()
     });
     assert!(s.ends_with("Content-Length: 5\r\n\r\n"), "{s}");
     let (s, _) = sent(&request("GET", Version::Http11), true, |r| {
-        r.send(Response::new(204, "text/plain", b"x".to_vec())).unwrap()
+        r.send(Response::new(204, "text/plain", b"x".to_vec()))
+            .unwrap()
     });
-    assert_eq!(s, "HTTP/1.1 204 No Content\r\nContent-Type: text/plain\r\n\r\n");
+    assert_eq!(
+        s,
+        "HTTP/1.1 204 No Content\r\nContent-Type: text/plain\r\n\r\n"
+    );
 }
 
 #[test]
@@ -88,8 +103,12 @@ fn chunked_stream() {
         st.chunk(&[b'x'; 26]).unwrap();
         st.finish().unwrap();
     });
-    let body = format!("d\r\ndata: hello\n\n\r\n1a\r\n{}\r\n0\r\n\r\n", "x".repeat(26));
-    let expect = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let body = format!(
+        "d\r\ndata: hello\n\n\r\n1a\r\n{}\r\n0\r\n\r\n",
+        "x".repeat(26)
+    );
+    let expect =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
     assert_eq!(s, format!("{expect}{body}"));
     assert!(reusable);
     // Dropped unfinished: no terminator, the connection closes.
