@@ -374,3 +374,22 @@ fn started_ignores_leading_empty_lines() {
     assert_eq!(p.advance(b"\r\n\r\nGET / HT").unwrap(), Step::NeedMore);
     assert!(p.started(b"\r\n\r\nGET / HT"));
 }
+
+/// Fuzz find: a bare CR in a header line that also crosses the head limit was 400 when the
+/// line arrived whole but 431 when it arrived in parts; limits now come first.
+#[test]
+fn limit_before_bare_cr_whatever_the_split() {
+    let l = Limits {
+        max_header_bytes: 40,
+        ..Limits::default()
+    };
+    let input = b"POST /a HTTP/1.0\r\nHost: x\r\x0eTran\0\0\0\0\0\0\0\0\0\0\r\n\r\n";
+    assert_eq!(status(input, &l), 431);
+    check_splits(input, &l);
+    // A chunk-size line past its bound is 400 however it ends.
+    let mut long = b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    long.extend_from_slice(&[b'f'; MAX_CHUNK_LINE + 1]);
+    long.extend_from_slice(b"\r\n");
+    assert_eq!(status(&long, &small()), 400);
+    check_splits(&long, &small());
+}
