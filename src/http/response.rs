@@ -9,7 +9,7 @@
 //! `Date` header is sent (RFC 9110 §6.6.1 lets a server without a reliable clock omit it).
 
 use super::request::is_tchar;
-use super::{Request, Version};
+use super::{Request, Shutdown, Version};
 use std::io::{self, Write};
 use std::net::TcpStream;
 
@@ -124,20 +124,34 @@ pub struct Responder<'a> {
     version: Version,
     head_only: bool,
     keep_alive: bool,
+    shutdown: Option<&'a Shutdown>,
     sent: Sent,
 }
 
 impl<'a> Responder<'a> {
     /// A responder for `req` over `conn`; `keep_alive` is whether the connection may stay
-    /// open afterwards (the request's wish and the server's state).
-    pub(crate) fn new(conn: &'a mut dyn Conn, req: &Request, keep_alive: bool) -> Responder<'a> {
+    /// open afterwards (the request's wish), unless `shutdown` is requested before the
+    /// response starts.
+    pub(crate) fn new(
+        conn: &'a mut dyn Conn,
+        req: &Request,
+        keep_alive: bool,
+        shutdown: Option<&'a Shutdown>,
+    ) -> Responder<'a> {
         Responder {
             conn,
             version: req.version,
             head_only: req.method == "HEAD",
             keep_alive,
+            shutdown,
             sent: Sent::Nothing,
         }
+    }
+
+    /// A responder for `req` that writes into `out` (for tests of handlers: `out` then holds
+    /// the response bytes exactly as a client would read them; the client never disconnects).
+    pub fn buffered(out: &'a mut Vec<u8>, req: &Request) -> Responder<'a> {
+        Responder::new(out, req, req.keep_alive(), None)
     }
 
     /// Sends `resp` with `Content-Length`. Errors: a second response (`AlreadyExists`), an
@@ -145,7 +159,7 @@ impl<'a> Responder<'a> {
     pub fn send(&mut self, resp: Response) -> io::Result<()> {
         self.check_unsent()?;
         let bodiless = resp.status < 200 || resp.status == 204 || resp.status == 304;
-        let close = !self.keep_alive || wants_close(&resp.headers);
+        let close = !self.may_keep() || wants_close(&resp.headers);
         let mut out = head(resp.status, &resp.headers, close, self.version)?;
         if !bodiless {
             out.extend_from_slice(format!("Content-Length: {}\r\n", resp.body.len()).as_bytes());
@@ -171,7 +185,7 @@ impl<'a> Responder<'a> {
     ) -> io::Result<Stream<'_>> {
         self.check_unsent()?;
         let chunked = self.version == Version::Http11;
-        let close = !self.keep_alive || !chunked || wants_close(&headers);
+        let close = !self.may_keep() || !chunked || wants_close(&headers);
         let mut out = head(status, &headers, close, self.version)?;
         if chunked {
             out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
@@ -204,6 +218,10 @@ impl<'a> Responder<'a> {
     /// Whether the connection may carry another request after this response.
     pub(crate) fn reusable(&self) -> bool {
         self.sent == Sent::Complete
+    }
+
+    fn may_keep(&self) -> bool {
+        self.keep_alive && !self.shutdown.is_some_and(Shutdown::requested)
     }
 
     fn check_unsent(&self) -> io::Result<()> {

@@ -15,7 +15,7 @@ fn request(method: &str, version: Version) -> Request {
 /// The bytes written and whether the connection stays reusable.
 fn sent(req: &Request, keep_alive: bool, f: impl FnOnce(&mut Responder<'_>)) -> (String, bool) {
     let mut out: Vec<u8> = Vec::new();
-    let mut r = Responder::new(&mut out, req, keep_alive);
+    let mut r = Responder::new(&mut out, req, keep_alive, None);
     f(&mut r);
     let reusable = r.reusable();
     (String::from_utf8(out).unwrap(), reusable)
@@ -129,4 +129,28 @@ fn http10_stream_is_unframed_and_closes() {
     });
     assert_eq!(s, "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nabc");
     assert!(!reusable);
+}
+
+#[test]
+fn shutdown_closes_after_the_response_and_buffered_responder() {
+    let req = request("GET", Version::Http11);
+    let shutdown = Shutdown::new();
+    let mut out: Vec<u8> = Vec::new();
+    let mut r = Responder::new(&mut out, &req, true, Some(&shutdown));
+    shutdown.request();
+    r.send(Response::new(200, "text/plain", Vec::new()))
+        .unwrap();
+    assert!(!r.reusable());
+    assert!(String::from_utf8(out)
+        .unwrap()
+        .contains("\r\nConnection: close\r\n"));
+    let mut out: Vec<u8> = Vec::new();
+    let mut r = Responder::buffered(&mut out, &req);
+    assert!(!r.disconnected());
+    r.send(Response::new(200, "text/plain", b"x".to_vec()))
+        .unwrap();
+    assert_eq!(
+        out,
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1\r\n\r\nx"
+    );
 }
