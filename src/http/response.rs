@@ -202,6 +202,7 @@ impl<'a> Responder<'a> {
             head_only,
             close,
             finished: false,
+            failed: false,
         })
     }
 
@@ -244,14 +245,18 @@ pub struct Stream<'a> {
     head_only: bool,
     close: bool,
     finished: bool,
+    /// A write failed: the body is cut mid-chunk, nothing more may be sent.
+    failed: bool,
 }
 
 impl Stream<'_> {
     /// Sends `b` as one chunk and flushes it (an empty `b` sends nothing). Errors: the client
     /// has closed the connection (`ConnectionAborted`, checked before writing) or a write
-    /// failed or timed out; the stream is then dead, stop producing for it.
+    /// failed or timed out ([`crate::http::Limits::write_timeout`]: a client that stopped
+    /// reading); the stream is then dead and every later call fails too.
     pub fn chunk(&mut self, b: &[u8]) -> io::Result<()> {
-        if self.conn.peer_closed() {
+        if self.failed || self.conn.peer_closed() {
+            self.failed = true;
             return Err(io::Error::new(
                 io::ErrorKind::ConnectionAborted,
                 "the client closed the connection",
@@ -268,8 +273,9 @@ impl Stream<'_> {
         if self.chunked {
             out.extend_from_slice(b"\r\n");
         }
-        self.conn.write_all(&out)?;
-        self.conn.flush()
+        let written = self.conn.write_all(&out).and_then(|()| self.conn.flush());
+        self.failed = written.is_err();
+        written
     }
 
     /// Whether the client has closed the connection.
@@ -277,8 +283,15 @@ impl Stream<'_> {
         self.conn.peer_closed()
     }
 
-    /// Ends the body (the last, empty chunk). Errors: a failed write.
+    /// Ends the body (the last, empty chunk). Errors: a failed write, now or in an earlier
+    /// [`Stream::chunk`].
     pub fn finish(mut self) -> io::Result<()> {
+        if self.failed {
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the stream failed earlier",
+            ));
+        }
         self.finished = true;
         if self.chunked && !self.head_only {
             self.conn.write_all(b"0\r\n\r\n")?;

@@ -260,7 +260,11 @@ fn connection(
             } else {
                 "the handler sent no response"
             };
-            let resp = Response::new(500, "application/json", super::error_body(why).into_bytes());
+            let resp = Response::new(
+                500,
+                "application/json",
+                super::error_json(why, "server_error").into_bytes(),
+            );
             let _ = out.send(resp.header("Connection", "close"));
         }
         if panicked || !out.reusable() {

@@ -12,10 +12,42 @@ use std::time::Duration;
 
 const BOUND: Duration = Duration::from_secs(30);
 
-/// `/echo`: the method, target and body back; `/stream`: chunks until the client is gone,
-/// then the chunk error's kind on `gone`; `/silent`: no response; anything else 404.
+/// `/echo`: the method, target and body back; `/stream`: chunks until the client is gone
+/// (`?n=3`: three, `?big`: 64 KiB ones as fast as they go), then the chunk error's kind on
+/// `gone`; `/silent`: no response; anything else 404.
 struct Toy {
     gone: Mutex<Option<mpsc::Sender<std::io::ErrorKind>>>,
+    /// The statuses the transport refused requests with, told through `Handler::refused`.
+    refused: Arc<Mutex<Vec<u16>>>,
+}
+
+impl Toy {
+    fn stream(&self, req: &Request, out: &mut Responder<'_>) {
+        let sse = vec![("Content-Type".to_string(), "text/event-stream".to_string())];
+        let Ok(mut s) = out.stream(200, sse) else {
+            return;
+        };
+        let big = req.query() == Some("big");
+        for i in 0..100_000 {
+            let event = match big {
+                true => format!("data: {}\n\n", "x".repeat(65536)),
+                false => format!("data: {i}\n\n"),
+            };
+            if let Err(e) = s.chunk(event.as_bytes()) {
+                if let Some(tx) = self.gone.lock().unwrap().as_ref() {
+                    let _ = tx.send(e.kind());
+                }
+                return;
+            }
+            if req.query() == Some("n=3") && i == 2 {
+                let _ = s.finish();
+                return;
+            }
+            if !big {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
 }
 
 impl Handler for Toy {
@@ -26,30 +58,16 @@ impl Handler for Toy {
                 body.extend_from_slice(&req.body);
                 let _ = out.send(Response::new(200, "text/plain", body));
             }
-            "/stream" => {
-                let sse = vec![("Content-Type".to_string(), "text/event-stream".to_string())];
-                let Ok(mut s) = out.stream(200, sse) else {
-                    return;
-                };
-                for i in 0..100_000 {
-                    if let Err(e) = s.chunk(format!("data: {i}\n\n").as_bytes()) {
-                        if let Some(tx) = self.gone.lock().unwrap().as_ref() {
-                            let _ = tx.send(e.kind());
-                        }
-                        return;
-                    }
-                    if req.query() == Some("n=3") && i == 2 {
-                        let _ = s.finish();
-                        return;
-                    }
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            }
+            "/stream" => self.stream(req, out),
             "/silent" => {}
             _ => {
                 let _ = out.send(Response::new(404, "text/plain", b"no".to_vec()));
             }
         }
+    }
+
+    fn refused(&self, _peer: SocketAddr, status: u16, _message: &str) {
+        self.refused.lock().unwrap().push(status);
     }
 }
 
@@ -96,6 +114,7 @@ impl Drop for Server {
 fn toy() -> Toy {
     Toy {
         gone: Mutex::new(None),
+        refused: Arc::default(),
     }
 }
 
@@ -234,7 +253,9 @@ fn header_of_100_kib_is_431() {
 
 #[test]
 fn header_line_without_colon_is_400() {
-    let server = Server::start(limits(), toy());
+    let t = toy();
+    let told = Arc::clone(&t.refused);
+    let server = Server::start(limits(), t);
     let mut c = server.connect();
     c.write_all(b"GET /echo HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n")
         .unwrap();
@@ -244,6 +265,50 @@ fn header_line_without_colon_is_400() {
         body.contains("header line 2 (\\\"No colon here\\\") has no colon"),
         "{body}"
     );
+    assert_eq!(*told.lock().unwrap(), [400]);
+}
+
+#[test]
+fn pause_inside_a_request_is_408() {
+    let l = Limits {
+        read_timeout: Duration::from_millis(300),
+        ..limits()
+    };
+    let server = Server::start(l, toy());
+    let mut c = server.connect();
+    c.write_all(b"GET /echo HTTP/1.1\r\nHo").unwrap();
+    let (status, body) = refused(c);
+    assert_eq!(status, 408);
+    assert!(body.contains("no bytes of the request for 0.3 s"), "{body}");
+}
+
+#[test]
+fn client_that_stops_reading_fails_the_stream() {
+    let (tx, rx) = mpsc::channel();
+    let l = Limits {
+        write_timeout: Duration::from_millis(300),
+        ..limits()
+    };
+    let server = Server::start(
+        l,
+        Toy {
+            gone: Mutex::new(Some(tx)),
+            ..toy()
+        },
+    );
+    let mut c = server.connect();
+    c.write_all(b"GET /stream?big HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    // Never read: the socket buffers fill and a write blocks past the write timeout.
+    let kind = rx.recv_timeout(BOUND).expect("the handler's chunk fails");
+    assert!(
+        matches!(
+            kind,
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+        "{kind:?}"
+    );
+    drop(c);
 }
 
 #[test]
@@ -331,6 +396,7 @@ fn stream_chunks_and_disconnect_mid_stream() {
         limits(),
         Toy {
             gone: Mutex::new(Some(tx)),
+            ..toy()
         },
     );
     let mut c = server.connect();
