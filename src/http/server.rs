@@ -42,8 +42,9 @@ pub trait Handler: Send + Sync + 'static {
     fn handle(&self, req: &Request, out: &mut Responder<'_>);
 
     /// Told of each request the transport refused itself (`status` 400, 408, 413, 414, 417,
-    /// 431, 501, 503 or 505, `message` as sent in the error body), for the request log.
-    /// Default: nothing.
+    /// 431, 501, 503 or 505, `message` as sent in the error body), for the request log. A 503
+    /// at the connection limit is told on the accept loop's thread: return quickly. Default:
+    /// nothing.
     fn refused(&self, peer: SocketAddr, status: u16, message: &str) {
         let _ = (peer, status, message);
     }
