@@ -49,4 +49,21 @@ impl Sequence {
         self.released.clear();
         Ok(())
     }
+
+    /// Makes the sequence hold `ids` with nothing run: the next
+    /// [`Session::prefill`](super::Session::prefill) runs them all from a fresh decode state
+    /// (a conversation re-encoded by `/think`, or undone past its held snapshot). The same
+    /// ids give the same logits as before (ENGINE.md §9), only the work is done again. The
+    /// running logits hash starts afresh; the capacity, sampler settings and stop rules stay.
+    pub fn rewind(&mut self, ids: &[u32]) {
+        self.ids = ids.to_vec();
+        self.prompt_len = ids.len();
+        self.state.reset();
+        self.hash = k3_kernels::Fnv1a64::new();
+        self.hashed = 0;
+        self.logits.clear();
+        self.pending = None;
+        self.stop = None;
+        self.released.clear();
+    }
 }
