@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 mod batch;
+pub(crate) mod chat_open;
 mod inputs;
 mod memory;
 mod state;
@@ -185,9 +186,15 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
     let Some(a) = Args::parse_or_help(argv, SPECS, RUN_USAGE)? else {
         return Ok(None);
     };
+    request_from_args(a, "run").map(Some)
+}
+
+/// The request of parsed arguments; `cmd` is `run` or `chat` (which has no prompt flags: its
+/// messages come from standard input or `--messages`).
+fn request_from_args(a: Args, cmd: &str) -> Result<Request> {
     if a.positional.len() != 1 {
         return Err(Error::invalid(format!(
-            "run: expected one model directory, found {} positional argument{} (see k3 --help)",
+            "{cmd}: expected one model directory, found {} positional argument{} (see k3 --help)",
             a.positional.len(),
             if a.positional.len() == 1 { "" } else { "s" }
         )));
@@ -258,7 +265,7 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
     let prompts = a.present(&["prompt", "prompt-file", "ids"]);
     let load_state = a.value_os("load-state").map(PathBuf::from);
     match (&batch, prompts.first()) {
-        (None, None) if load_state.is_none() => {
+        (None, None) if load_state.is_none() && cmd == "run" => {
             return Err(Error::invalid(
                 "no prompt: give one of `--prompt TEXT`, `--prompt-file PATH`, `--ids 1,2,3`, `--batch FILE`",
             ))
@@ -336,7 +343,7 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
         )?),
         None => None,
     };
-    Ok(Some(Request {
+    Ok(Request {
         config: a
             .value_os("config")
             .map(PathBuf::from)
@@ -366,7 +373,7 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
         trunk_dir,
         policy,
         args: a,
-    }))
+    })
 }
 
 /// The output files (`--out`, `--dump-logits`, `--dump-cache-trace`), checked and their
