@@ -5,9 +5,7 @@
 
 use super::args::{Args, Spec};
 use crate::chat::conversation::transcript::{parse_thinking, thinking_name};
-use crate::chat::conversation::{
-    tool_message, user_message, Conversation, ConversationOptions,
-};
+use crate::chat::conversation::{tool_message, user_message, Conversation, ConversationOptions};
 use crate::chat::{Message, Request, Role};
 use crate::error::{Error, ErrorKind, Result};
 use crate::json::Value;
@@ -255,11 +253,7 @@ impl Chat {
         }
         let calls = self.conv.pending_calls();
         match calls.get(self.results.len()) {
-            Some(c) => crate::say!(
-                "result of {} ({})> ",
-                c.id.as_deref().unwrap_or(""),
-                c.name
-            ),
+            Some(c) => crate::say!("result of {} ({})> ", c.id.as_deref().unwrap_or(""), c.name),
             None => crate::say!("> "),
         }
     }
@@ -294,7 +288,9 @@ impl Chat {
             }
             Entry::Think(arg) => self.think(model, &arg),
             Entry::Save(path) => files::save(&self.conv, model, &path).map(|()| {
-                self.say(&format!("saved {path} (state) and {path}.json (transcript)"));
+                self.say(&format!(
+                    "saved {path} (state) and {path}.json (transcript)"
+                ));
             }),
             Entry::Load(path) => files::load(model, &self.conv.opts, &path).map(|c| {
                 self.conv = c;
@@ -396,7 +392,10 @@ impl Chat {
                 thinking_name(self.conv.req.thinking)
             ));
         } else {
-            self.say(&format!("thinking {}", thinking_name(self.conv.req.thinking)));
+            self.say(&format!(
+                "thinking {}",
+                thinking_name(self.conv.req.thinking)
+            ));
         }
         Ok(())
     }

@@ -205,7 +205,10 @@ impl Conversation {
                 )
                 .with("base_messages", self.base_messages)
                 .with("closing_ids", ids_json(&self.closing))
-                .with("ids", ids_json(self.sequence().map_or(&[][..], |q| q.ids()))),
+                .with(
+                    "ids",
+                    ids_json(self.sequence().map_or(&[][..], |q| q.ids())),
+                ),
         )
     }
 }
@@ -268,13 +271,12 @@ pub fn read_transcript(v: &Value, origin: &str) -> Result<Transcript> {
     let mut req = Request::from_json(&Value::Object(body)).map_err(|e| e.context(origin))?;
     req.set_thinking(thinking);
     let sampler = read_sampler(o.get("sampler"), origin)?;
-    let base_messages = o
-        .get("base_messages")
-        .and_then(Value::as_number)
-        .and_then(|n| n.as_u64())
-        .filter(|&n| n as usize <= req.messages.len())
-        .ok_or_else(|| bad("base_messages", "expected a count of messages"))?
-        as usize;
+    let base_messages =
+        o.get("base_messages")
+            .and_then(Value::as_number)
+            .and_then(|n| n.as_u64())
+            .filter(|&n| n as usize <= req.messages.len())
+            .ok_or_else(|| bad("base_messages", "expected a count of messages"))? as usize;
     Ok(Transcript {
         req,
         closing: ids_of("closing_ids")?,

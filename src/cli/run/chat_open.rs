@@ -75,10 +75,7 @@ pub(crate) fn open(a: Args) -> Result<ChatModel> {
     let base = chat_defaults(&req.model_dir)?;
     let ex = compute(&req, &mut rep)?;
     say(&crate::cli::summary::model_line(
-        &rep,
-        &inp.cfg,
-        &inp.d,
-        inp.layers,
+        &rep, &inp.cfg, &inp.d, inp.layers,
     ));
     let index = TensorIndex::open(&req.model_dir)?;
     let census = Census::run(&inp.cfg, &index);
