@@ -242,6 +242,9 @@ impl Conversation {
     ) -> Result<&Exchange> {
         let ids = self.turn_ids(tok, &input)?;
         self.check_room(ids.len())?;
+        // a final `partial` assistant message (a `--messages` file) is continued in its
+        // response channel, and the reply completes it (TOKENIZER.md §10 step 6)
+        let partial = input.is_empty() && self.req.messages.last().is_some_and(|m| m.partial);
         let rules = StopRules::new(
             self.opts.end_ids.clone(),
             Vec::new(),
@@ -273,10 +276,15 @@ impl Conversation {
                 sess.sequence(&ids, self.opts.ctx, so)?
             }
         };
-        match self.run_reply(sess, tok, &mut seq, obs) {
+        match self.run_reply(sess, tok, &mut seq, obs, partial) {
             Ok(mut x) => {
                 x.input = input.clone();
                 x.input_ids = ids;
+                if partial {
+                    if let Some(p) = self.req.messages.pop() {
+                        complete_partial(&mut x.reply, p);
+                    }
+                }
                 self.req.messages.extend(input);
                 self.req.messages.push(x.reply.clone());
                 self.closing = x.closing.clone();
@@ -304,12 +312,13 @@ impl Conversation {
         tok: &Tokenizer,
         seq: &mut Sequence,
         obs: &mut dyn Observer,
+        partial: bool,
     ) -> Result<Exchange> {
         let prefilled = seq.ids().len() - seq.state().n_pos;
         sess.prefill(seq, obs.progress(), &mut |_| Ok(()))?;
         let prefill_seconds = seq.figures().seconds;
         obs.prefilled(prefilled, prefill_seconds);
-        let mut parser = ReplyParser::new(self.thinking());
+        let mut parser = ReplyParser::new(self.thinking() && !partial);
         let mut events = Vec::new();
         let mut hashes = Vec::new();
         let mut decode_seconds = 0.0;
@@ -507,6 +516,16 @@ fn reply_message(events: Vec<ReplyEvent>, exchange: usize) -> (Message, Vec<Stri
         partial: false,
     };
     (m, warnings)
+}
+
+/// The reply to a `partial` assistant message `p` made whole: its reasoning (rendered and
+/// closed in the prompt) and its content prefix before the reply's content.
+fn complete_partial(reply: &mut Message, p: Message) {
+    let mut content = p.content.map(|c| c.concat()).unwrap_or_default();
+    content.push_str(&reply.content.take().map(|c| c.concat()).unwrap_or_default());
+    reply.content = Some(vec![content]);
+    reply.reasoning = p.reasoning;
+    reply.name = p.name;
 }
 
 /// The id of call `index` (1-based) of exchange `exchange` (1-based): `call_<x>_<i>`.

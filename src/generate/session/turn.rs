@@ -58,7 +58,16 @@ impl Sequence {
     pub fn rewind(&mut self, ids: &[u32]) {
         self.ids = ids.to_vec();
         self.prompt_len = ids.len();
-        self.state.reset();
+        // KDA state and conv history start from zero; the MLA rows need no clearing: a
+        // position's row is written before any read of it (all of `reset` would touch
+        // every row of the context)
+        self.state.n_pos = 0;
+        for l in &mut self.state.layers {
+            if let crate::model::state::LayerState::Kda(k) = l {
+                k.st.fill(0.0);
+                k.conv.fill(0.0);
+            }
+        }
         self.hash = k3_kernels::Fnv1a64::new();
         self.hashed = 0;
         self.logits.clear();

@@ -174,3 +174,24 @@ fn a_reply_cut_by_the_limit_is_closed_before_the_next_turn() {
     let after = template_ids(&body(&format!("{U1}, {a}, {U2}"), false), None, true);
     assert_eq!(&next[closing.len()..], &after[before.len()..]);
 }
+
+#[test]
+fn a_partial_prefix_is_continued_in_the_response_channel() {
+    let dir = crate::support::scratch_dir("chat-forced-partial-src");
+    let f = dir.join("m.json");
+    let p = r#"{"role": "assistant", "reasoning_content": "Easy.", "content": "The capital is", "partial": true}"#;
+    std::fs::write(&f, format!("[{U1}, {p}]")).unwrap();
+    let end = reply_ids(U1, r#"{"role": "assistant", "content": ""}"#, None, true);
+    let mut force = text_ids(" Paris.");
+    force.extend(&end);
+    let mut args = ARGS.to_vec();
+    args.extend(["--messages", f.to_str().unwrap()]);
+    let c = chat("chat-forced-partial", &args, "", Some(&force));
+    assert_eq!(c.code(), 0, "{}", c.stderr());
+    assert_eq!(c.stdout(), " Paris.\n");
+    let r = c.replies();
+    assert_eq!(s(r[0], "content"), "The capital is Paris.");
+    assert_eq!(s(r[0], "reasoning_content"), "Easy.");
+    assert_eq!(s(r[0], "stop_reason"), "end_of_turn");
+    assert_eq!(c.inputs()[0], template_ids(&body(&format!("{U1}, {p}"), false), None, true));
+}
