@@ -171,9 +171,7 @@ fn largest_ctx(
     if fit(most, inp).is_ok() {
         return Ok(most);
     }
-    if let Err(e) = fit(1, inp) {
-        return Err(e);
-    }
+    fit(1, inp)?;
     let (mut lo, mut hi) = (1usize, most);
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;

@@ -193,5 +193,34 @@ fn a_partial_prefix_is_continued_in_the_response_channel() {
     assert_eq!(s(r[0], "content"), "The capital is Paris.");
     assert_eq!(s(r[0], "reasoning_content"), "Easy.");
     assert_eq!(s(r[0], "stop_reason"), "end_of_turn");
-    assert_eq!(c.inputs()[0], template_ids(&body(&format!("{U1}, {p}"), false), None, true));
+    assert_eq!(
+        c.inputs()[0],
+        template_ids(&body(&format!("{U1}, {p}"), false), None, true)
+    );
+}
+
+#[test]
+fn think_off_encodes_the_conversation_again() {
+    let a = r#"{"role": "assistant", "reasoning_content": "Let me think.", "content": "Paris."}"#;
+    let force = reply_ids(U1, a, None, false);
+    let c = chat(
+        "chat-forced-think",
+        ARGS,
+        "What is the capital of France?\n/think off\nThanks\n/stats\n",
+        Some(&force),
+    );
+    assert_eq!(c.code(), 0, "{}", c.stderr());
+    // the whole conversation runs again, rendered with thinking off (the reasoning left out)
+    let a_off = r#"{"role": "assistant", "content": "Paris."}"#;
+    let all = template_ids(&body(&format!("{U1}, {a_off}, {U2}"), true), None, true);
+    let r = c.replies();
+    let p = r[1].get("prefilled").unwrap().as_number().unwrap().as_u64();
+    assert_eq!(p, Some(all.len() as u64));
+    let before = template_ids(&body(&format!("{U1}, {a_off}"), true), None, false);
+    assert_eq!(c.inputs()[1], &all[before.len()..]);
+    assert!(
+        c.stderr().contains("all turns: prefilled"),
+        "{}",
+        c.stderr()
+    );
 }
