@@ -21,7 +21,8 @@ use display::Display;
 use files::History;
 use input::{Entry, Reader};
 
-pub(crate) const SPECS: &[Spec] = &[
+/// Chat's own flags.
+const CHAT_SPECS: &[Spec] = &[
     Spec::Value("system"),
     Spec::Value("system-file"),
     Spec::Value("tools"),
@@ -29,29 +30,41 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec::Value("max-reply"),
     Spec::Value("history"),
     Spec::Value("messages"),
-    Spec::Value("ctx"),
-    Spec::Value("tok"),
-    Spec::Value("config"),
-    Spec::Value("preset"),
-    Spec::Value("mem-gb"),
-    Spec::Value("trunk"),
-    Spec::Value("trunk-gb"),
-    Spec::Value("trunk-ring"),
-    Spec::Value("cache-gb"),
-    Spec::Value("prefill-chunk"),
-    Spec::Value("cache-policy"),
-    Spec::Value("temperature"),
-    Spec::Value("top-p"),
-    Spec::Value("top-k"),
-    Spec::Value("min-p"),
-    Spec::Value("seed"),
-    Spec::Value("threads"),
-    Spec::Value("isa"),
-    Spec::Value("layers"),
-    Spec::Switch("quiet"),
-    Spec::Switch("no-progress"),
-    Spec::Switch("help"),
 ];
+
+/// The run options chat takes (memory, compute, sampling, the context), as the run spells them.
+const RUN_FLAGS: &[&str] = &[
+    "ctx",
+    "tok",
+    "config",
+    "preset",
+    "mem-gb",
+    "trunk",
+    "trunk-gb",
+    "trunk-ring",
+    "cache-gb",
+    "prefill-chunk",
+    "cache-policy",
+    "temperature",
+    "top-p",
+    "top-k",
+    "min-p",
+    "seed",
+    "threads",
+    "isa",
+    "layers",
+    "quiet",
+    "no-progress",
+    "help",
+];
+
+/// Every flag `k3 chat` accepts: its own, then the run options it shares.
+pub(crate) fn specs() -> Vec<Spec> {
+    let run = super::run::SPECS
+        .iter()
+        .filter(|s| RUN_FLAGS.contains(&s.name()));
+    CHAT_SPECS.iter().chain(run).copied().collect()
+}
 
 const USAGE: &str = "\
 usage: k3 chat <model_dir> [options]
@@ -157,7 +170,7 @@ fn system_message(text: &str) -> Message {
 /// read (exit 4); with piped input also a turn's error (a turn past the context: exit 3, or
 /// 2 with an explicit `--ctx`); interactively a turn's error is a line and the chat goes on.
 pub fn run(argv: &[OsString]) -> Result<()> {
-    let Some(a) = Args::parse_or_help(argv, SPECS, USAGE)? else {
+    let Some(a) = Args::parse_or_help(argv, &specs(), USAGE)? else {
         return Ok(());
     };
     let flags = chat_flags(&a)?;

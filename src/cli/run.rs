@@ -536,19 +536,14 @@ fn execute(
         want_all,
     };
     let rp = plan_memory(&pi, rep)?;
-    // Pinning can read up to the whole trunk (109 GB at the released widths) before the first
-    // token: on a terminal, say how far it is (ENGINE.md §6).
-    let show_loading = !quiet && !req.no_progress && crate::io::sys::stderr_is_terminal();
-    let open = OpenOptions {
-        plan: &rp,
-        policy: &req.policy,
+    let bound = Bound {
+        index: &index,
+        census: &census,
+        prep: &prep,
         packed: packed.as_ref(),
-        trace: inp.trace.take(),
-        loaded: show_loading.then_some(super::progress::pinned_layers as fn(usize, usize, u64)),
+        rp: &rp,
     };
-    let run = Run::open(&index, &inp.cfg, &census, &prep, open, rep)?;
-    let mut sess = run.into_session(ex, req.chunk)?;
-    sess.full_recompute = req.full_recompute;
+    let mut sess = open_session(req, &mut inp, &bound, ex, rep)?;
     sess.tok = inp.tok.as_ref();
     rep.timing.load_seconds = t_load.elapsed().as_secs_f64();
     say(&rep.trunk_line());
@@ -592,6 +587,42 @@ fn execute(
         state::save(out, &seq, &id, generated_before, rep)?;
     }
     Ok(())
+}
+
+/// What a session is bound from: the index, census, layouts, packed trunk and plan.
+struct Bound<'a> {
+    index: &'a TensorIndex,
+    census: &'a Census,
+    prep: &'a bind::Prepared,
+    packed: Option<&'a (PackedTrunk, Arc<IoFile>)>,
+    rp: &'a crate::plan::RunPlan,
+}
+
+/// Binds the model as the plan says ([`Run::open`]) and makes it the session (computing with
+/// `ex`; `--full-recompute` set). Pinning can read up to the whole trunk (109 GB at the
+/// released widths) before the first token: on a terminal the progress says how far it is
+/// (ENGINE.md §6).
+///
+/// Errors: those of [`Run::open`] and [`Run::into_session`].
+fn open_session<'t>(
+    req: &Request,
+    inp: &mut Inputs,
+    b: &Bound<'_>,
+    ex: crate::model::Exec,
+    rep: &mut RunReport,
+) -> Result<crate::run::RunSession<'t>> {
+    let show_loading = !req.quiet && !req.no_progress && crate::io::sys::stderr_is_terminal();
+    let open = OpenOptions {
+        plan: b.rp,
+        policy: &req.policy,
+        packed: b.packed,
+        trace: inp.trace.take(),
+        loaded: show_loading.then_some(super::progress::pinned_layers as fn(usize, usize, u64)),
+    };
+    let run = Run::open(b.index, &inp.cfg, b.census, b.prep, open, rep)?;
+    let mut sess = run.into_session(ex, req.chunk)?;
+    sess.full_recompute = req.full_recompute;
+    Ok(sess)
 }
 
 /// The `--trunk` packed trunk, validated against the checkpoint (exit 2).

@@ -17,7 +17,7 @@ use crate::generate::sample::{os_seed, SamplerSettings};
 use crate::generate::state_file::StateIdentity;
 use crate::plan::plan_run;
 use crate::report::RunReport;
-use crate::run::{OpenOptions, Run, RunSession};
+use crate::run::RunSession;
 use crate::tokenizer::Tokenizer;
 
 /// Sequences the chat plans for: the live one and the snapshot held for `/undo`.
@@ -105,18 +105,14 @@ pub(crate) fn open(a: Args) -> Result<ChatModel> {
         want_all: false,
     };
     let rp = plan_memory(&pi, &mut rep)?;
-    let show_loading = !quiet && !req.no_progress && crate::io::sys::stderr_is_terminal();
-    let open = OpenOptions {
-        plan: &rp,
-        policy: &req.policy,
+    let bound = super::Bound {
+        index: &index,
+        census: &census,
+        prep: &prep,
         packed: packed.as_ref(),
-        trace: inp.trace.take(),
-        loaded: show_loading
-            .then_some(crate::cli::progress::pinned_layers as fn(usize, usize, u64)),
+        rp: &rp,
     };
-    let run = Run::open(&index, &inp.cfg, &census, &prep, open, &mut rep)?;
-    let mut sess = run.into_session(ex, req.chunk)?;
-    sess.full_recompute = req.full_recompute;
+    let sess = super::open_session(&req, &mut inp, &bound, ex, &mut rep)?;
     say(&rep.trunk_line());
     say(&rep.cache_line());
     let (mut settings, _) = req.sampling.apply(&base);
