@@ -7,6 +7,7 @@
 mod refusals;
 mod replies;
 mod session;
+mod terminal;
 
 use crate::support::{fixture, k3, scratch_dir};
 use k3::chat::{self, Request};
