@@ -5,6 +5,18 @@ use super::model;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
+/// `cmd` run by `script` on a pseudo-terminal, its standard streams piped.
+fn script(cmd: &str) -> std::process::Child {
+    Command::new("/usr/bin/script")
+        .args(["-qec", cmd, "/dev/null"])
+        .env_remove("K3_TEST_FORCE_IDS")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// Runs `k3 chat <model> <args>` on a pseudo-terminal fed `input`: (exit code, everything the
 /// terminal showed). None when `script` is not installed.
 fn on_terminal(args: &str, input: &str) -> Option<(i32, String)> {
@@ -13,14 +25,7 @@ fn on_terminal(args: &str, input: &str) -> Option<(i32, String)> {
         return None;
     }
     let cmd = format!("{} chat {} {args}", env!("CARGO_BIN_EXE_k3"), model());
-    let mut child = Command::new("/usr/bin/script")
-        .args(["-qec", &cmd, "/dev/null"])
-        .env_remove("K3_TEST_FORCE_IDS")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = script(&cmd);
     let _ = child.stdin.take().unwrap().write_all(input.as_bytes());
     let out = child.wait_with_output().unwrap();
     Some((
@@ -86,14 +91,7 @@ fn ctrl_c_stops_the_answer_and_the_next_turn_closes_it() {
         model(),
         history.display()
     );
-    let mut child = Command::new("/usr/bin/script")
-        .args(["-qec", &cmd, "/dev/null"])
-        .env_remove("K3_TEST_FORCE_IDS")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = script(&cmd);
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = child.stdout.take().unwrap();
     let mut shown = Vec::new();
