@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 mod batch;
+pub(crate) mod chat_open;
 mod inputs;
 mod memory;
 mod state;
@@ -185,148 +186,13 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
     let Some(a) = Args::parse_or_help(argv, SPECS, RUN_USAGE)? else {
         return Ok(None);
     };
-    if a.positional.len() != 1 {
-        return Err(Error::invalid(format!(
-            "run: expected one model directory, found {} positional argument{} (see k3 --help)",
-            a.positional.len(),
-            if a.positional.len() == 1 { "" } else { "s" }
-        )));
-    }
-    let MemoryFlags {
-        budget,
-        policy,
-        trunk_dir,
-    } = memory_flags(&a)?;
-    let mut sampling = SamplerOverrides::default();
-    for s in Setting::ALL {
-        if let Some(v) = a.value(&s.flag()[2..])? {
-            sampling.set_flag(s, &v)?;
-        }
-    }
-    let model_dir = PathBuf::from(&a.positional[0]);
-    if !model_dir.is_dir() {
-        return Err(Error::invalid(format!(
-            "`{}` is neither a subcommand nor a model directory (see k3 --help)",
-            model_dir.display()
-        )));
-    }
-    let batch = a.value_os("batch").map(PathBuf::from);
-    let prompts = a.present(&["prompt", "prompt-file", "ids"]);
-    let load_state = a.value_os("load-state").map(PathBuf::from);
-    match (&batch, prompts.first()) {
-        (None, None) if load_state.is_none() => {
-            return Err(Error::invalid(
-                "no prompt: give one of `--prompt TEXT`, `--prompt-file PATH`, `--ids 1,2,3`, `--batch FILE`",
-            ))
-        }
-        (Some(_), Some(p)) => {
-            return Err(Error::invalid(format!(
-                "flags `--batch` and `--{p}`: the batch file holds the prompts; give one of them"
-            )))
-        }
-        _ => {}
-    }
-    let parallel = a
-        .parsed::<usize>("parallel", "a positive integer")?
-        .unwrap_or(1);
-    if parallel == 0 {
-        return Err(Error::invalid("flag `--parallel 0`: must be at least 1"));
-    }
-    if batch.is_none() && a.value("parallel")?.is_some() {
-        return Err(Error::invalid(
-            "flag `--parallel`: decodes the sequences of `--batch FILE` together; give --batch",
-        ));
-    }
-    let gen = a
-        .parsed::<usize>("gen", "a non-negative integer")?
-        .unwrap_or(16);
-    let chunk = a
-        .parsed::<usize>("prefill-chunk", "a positive integer")?
-        .unwrap_or(64);
-    if chunk == 0 {
-        return Err(Error::invalid("flag `--prefill-chunk`: must be at least 1"));
-    }
-    let mut stop_ids = Vec::new();
-    for s in a.values("stop-id")? {
-        stop_ids.push(
-            s.trim().parse::<u32>().map_err(|_| {
-                Error::invalid(format!("flag `--stop-id`: `{s}` is not a token id"))
-            })?,
-        );
-    }
-    let stop_texts = a.values("stop")?;
-    if stop_texts.iter().any(|s| s.is_empty()) {
-        return Err(Error::invalid(
-            "flag `--stop \"\"`: a stop string must not be empty; give the text to stop at",
-        ));
-    }
-    let ctx = a.parsed::<usize>("ctx", "a positive integer")?;
-    if ctx == Some(0) {
-        return Err(Error::invalid("flag `--ctx 0`: must be at least 1"));
-    }
-    let (threads, layers) = compute_flags(&a)?;
-    let (full_recompute, quiet, isa) = (
-        a.switch("full-recompute"),
-        a.switch("quiet"),
-        a.value("isa")?,
-    );
-    state::check_flags(&a, full_recompute, gen)?;
-    let (out, dump_logits, trace_dir) = open_outputs(&a, &model_dir, trunk_dir.as_deref())?;
-    let save_state = match a.value_os("save-state") {
-        Some(p) => Some(OutFile::create(
-            "--save-state",
-            Path::new(&p),
-            "the state file",
-        )?),
-        None => None,
-    };
-    Ok(Some(Request {
-        config: a
-            .value_os("config")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| model_dir.join("config.json")),
-        model_dir,
-        gen,
-        full_recompute,
-        chunk,
-        stop_ids,
-        stop_texts,
-        ctx,
-        batch,
-        parallel,
-        load_state,
-        save_state,
-        sampling,
-        threads,
-        isa,
-        layers,
-        out,
-        dump_logits,
-        quiet,
-        no_progress: a.switch("no-progress"),
-        verbose: a.switch("verbose"),
-        trace_dir,
-        budget,
-        trunk_dir,
-        policy,
-        args: a,
-    }))
+    request_from_args(a, "run").map(Some)
 }
 
-/// The memory options of a model (ENGINE.md §4): the budget flags, the expert-cache policy
-/// and a packed trunk.
-pub(crate) struct MemoryFlags {
-    /// `--preset`, `--mem-gb`, `--trunk-gb`, `--cache-gb`, `--trunk-ring`.
-    pub(crate) budget: Budget,
-    /// `--cache-policy` (default [`DEFAULT_POLICY`]).
-    pub(crate) policy: String,
-    /// `--trunk DIR`, checked to be a directory.
-    pub(crate) trunk_dir: Option<PathBuf>,
-}
-
-/// Reads and checks the memory options (exit 2 naming the flag): an unknown preset or
-/// policy, a preset with `--mem-gb`, a zero ring, a `--trunk` that is not a directory.
-pub(crate) fn memory_flags(a: &Args) -> Result<MemoryFlags> {
+/// The memory budget flags (`--preset`, `--mem-gb`, `--trunk-gb`, `--cache-gb`,
+/// `--trunk-ring`; ENGINE.md §4). Errors (exit 2): an unknown preset, a bad size, a ring of 0,
+/// a fixed preset with `--mem-gb`.
+fn budget_flags(a: &Args) -> Result<Budget> {
     let preset = match a.value("preset")? {
         None => None,
         Some(p) if p == "auto" => None,
@@ -358,6 +224,40 @@ pub(crate) fn memory_flags(a: &Args) -> Result<MemoryFlags> {
             p.name
         )));
     }
+    Ok(budget)
+}
+
+/// `--stop-id ID` and `--stop TEXT` (both repeatable). Errors (exit 2): an id that is not a
+/// number, an empty stop string.
+fn stop_flags(a: &Args) -> Result<(Vec<u32>, Vec<String>)> {
+    let mut stop_ids = Vec::new();
+    for s in a.values("stop-id")? {
+        stop_ids.push(
+            s.trim().parse::<u32>().map_err(|_| {
+                Error::invalid(format!("flag `--stop-id`: `{s}` is not a token id"))
+            })?,
+        );
+    }
+    let stop_texts = a.values("stop")?;
+    if stop_texts.iter().any(|s| s.is_empty()) {
+        return Err(Error::invalid(
+            "flag `--stop \"\"`: a stop string must not be empty; give the text to stop at",
+        ));
+    }
+    Ok((stop_ids, stop_texts))
+}
+
+/// The request of parsed arguments; `cmd` is `run` or `chat` (which has no prompt flags: its
+/// messages come from standard input or `--messages`).
+fn request_from_args(a: Args, cmd: &str) -> Result<Request> {
+    if a.positional.len() != 1 {
+        return Err(Error::invalid(format!(
+            "{cmd}: expected one model directory, found {} positional argument{} (see k3 --help)",
+            a.positional.len(),
+            if a.positional.len() == 1 { "" } else { "s" }
+        )));
+    }
+    let budget = budget_flags(&a)?;
     let policy = a
         .value("cache-policy")?
         .unwrap_or_else(|| DEFAULT_POLICY.to_string());
@@ -376,15 +276,60 @@ pub(crate) fn memory_flags(a: &Args) -> Result<MemoryFlags> {
             )));
         }
     }
-    Ok(MemoryFlags {
-        budget,
-        policy,
-        trunk_dir,
-    })
-}
-
-/// `--threads` (1 to the pool's maximum) and `--layers` (at least 1), checked (exit 2).
-pub(crate) fn compute_flags(a: &Args) -> Result<(Option<usize>, Option<usize>)> {
+    let mut sampling = SamplerOverrides::default();
+    for s in Setting::ALL {
+        if let Some(v) = a.value(&s.flag()[2..])? {
+            sampling.set_flag(s, &v)?;
+        }
+    }
+    let model_dir = PathBuf::from(&a.positional[0]);
+    if !model_dir.is_dir() {
+        return Err(Error::invalid(format!(
+            "`{}` is neither a subcommand nor a model directory (see k3 --help)",
+            model_dir.display()
+        )));
+    }
+    let batch = a.value_os("batch").map(PathBuf::from);
+    let prompts = a.present(&["prompt", "prompt-file", "ids"]);
+    let load_state = a.value_os("load-state").map(PathBuf::from);
+    match (&batch, prompts.first()) {
+        (None, None) if load_state.is_none() && cmd == "run" => {
+            return Err(Error::invalid(
+                "no prompt: give one of `--prompt TEXT`, `--prompt-file PATH`, `--ids 1,2,3`, `--batch FILE`",
+            ))
+        }
+        (Some(_), Some(p)) => {
+            return Err(Error::invalid(format!(
+                "flags `--batch` and `--{p}`: the batch file holds the prompts; give one of them"
+            )))
+        }
+        _ => {}
+    }
+    let parallel = a
+        .parsed::<usize>("parallel", "a positive integer")?
+        .unwrap_or(1);
+    if parallel == 0 {
+        return Err(Error::invalid("flag `--parallel 0`: must be at least 1"));
+    }
+    if batch.is_none() && a.value("parallel")?.is_some() {
+        return Err(Error::invalid(
+            "flag `--parallel`: decodes the sequences of `--batch FILE` together; give --batch",
+        ));
+    }
+    let gen = a
+        .parsed::<usize>("gen", "a non-negative integer")?
+        .unwrap_or(16);
+    let chunk = a
+        .parsed::<usize>("prefill-chunk", "a positive integer")?
+        .unwrap_or(64);
+    if chunk == 0 {
+        return Err(Error::invalid("flag `--prefill-chunk`: must be at least 1"));
+    }
+    let (stop_ids, stop_texts) = stop_flags(&a)?;
+    let ctx = a.parsed::<usize>("ctx", "a positive integer")?;
+    if ctx == Some(0) {
+        return Err(Error::invalid("flag `--ctx 0`: must be at least 1"));
+    }
     let threads = a.parsed::<usize>("threads", "a positive integer")?;
     if let Some(t) = threads {
         if !(1..=k3_kernels::pool::MAX_THREADS).contains(&t) {
@@ -398,7 +343,52 @@ pub(crate) fn compute_flags(a: &Args) -> Result<(Option<usize>, Option<usize>)> 
     if layers == Some(0) {
         return Err(Error::invalid("flag `--layers`: must be at least 1"));
     }
-    Ok((threads, layers))
+    let (full_recompute, quiet, isa) = (
+        a.switch("full-recompute"),
+        a.switch("quiet"),
+        a.value("isa")?,
+    );
+    state::check_flags(&a, full_recompute, gen)?;
+    let (out, dump_logits, trace_dir) = open_outputs(&a, &model_dir, trunk_dir.as_deref())?;
+    let save_state = match a.value_os("save-state") {
+        Some(p) => Some(OutFile::create(
+            "--save-state",
+            Path::new(&p),
+            "the state file",
+        )?),
+        None => None,
+    };
+    Ok(Request {
+        config: a
+            .value_os("config")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| model_dir.join("config.json")),
+        model_dir,
+        gen,
+        full_recompute,
+        chunk,
+        stop_ids,
+        stop_texts,
+        ctx,
+        batch,
+        parallel,
+        load_state,
+        save_state,
+        sampling,
+        threads,
+        isa,
+        layers,
+        out,
+        dump_logits,
+        quiet,
+        no_progress: a.switch("no-progress"),
+        verbose: a.switch("verbose"),
+        trace_dir,
+        budget,
+        trunk_dir,
+        policy,
+        args: a,
+    })
 }
 
 /// The output files (`--out`, `--dump-logits`, `--dump-cache-trace`), checked and their
@@ -561,19 +551,14 @@ fn execute(
         want_all,
     };
     let rp = plan_memory(&pi, rep)?;
-    // Pinning can read up to the whole trunk (109 GB at the released widths) before the first
-    // token: on a terminal, say how far it is (ENGINE.md §6).
-    let show_loading = !quiet && !req.no_progress && crate::io::sys::stderr_is_terminal();
-    let open = OpenOptions {
-        plan: &rp,
-        policy: &req.policy,
+    let bound = Bound {
+        index: &index,
+        census: &census,
+        prep: &prep,
         packed: packed.as_ref(),
-        trace: inp.trace.take(),
-        loaded: show_loading.then_some(super::progress::pinned_layers as fn(usize, usize, u64)),
+        rp: &rp,
     };
-    let run = Run::open(&index, &inp.cfg, &census, &prep, open, rep)?;
-    let mut sess = run.into_session(ex, req.chunk)?;
-    sess.full_recompute = req.full_recompute;
+    let mut sess = open_session(req, &mut inp, &bound, ex, rep)?;
     sess.tok = inp.tok.as_ref();
     rep.timing.load_seconds = t_load.elapsed().as_secs_f64();
     say(&rep.trunk_line());
@@ -617,6 +602,42 @@ fn execute(
         state::save(out, &seq, &id, generated_before, rep)?;
     }
     Ok(())
+}
+
+/// What a session is bound from: the index, census, layouts, packed trunk and plan.
+struct Bound<'a> {
+    index: &'a TensorIndex,
+    census: &'a Census,
+    prep: &'a bind::Prepared,
+    packed: Option<&'a (PackedTrunk, Arc<IoFile>)>,
+    rp: &'a crate::plan::RunPlan,
+}
+
+/// Binds the model as the plan says ([`Run::open`]) and makes it the session (computing with
+/// `ex`; `--full-recompute` set). Pinning can read up to the whole trunk (109 GB at the
+/// released widths) before the first token: on a terminal the progress says how far it is
+/// (ENGINE.md §6).
+///
+/// Errors: those of [`Run::open`] and [`Run::into_session`].
+fn open_session<'t>(
+    req: &Request,
+    inp: &mut Inputs,
+    b: &Bound<'_>,
+    ex: crate::model::Exec,
+    rep: &mut RunReport,
+) -> Result<crate::run::RunSession<'t>> {
+    let show_loading = !req.quiet && !req.no_progress && crate::io::sys::stderr_is_terminal();
+    let open = OpenOptions {
+        plan: b.rp,
+        policy: &req.policy,
+        packed: b.packed,
+        trace: inp.trace.take(),
+        loaded: show_loading.then_some(super::progress::pinned_layers as fn(usize, usize, u64)),
+    };
+    let run = Run::open(b.index, &inp.cfg, b.census, b.prep, open, rep)?;
+    let mut sess = run.into_session(ex, req.chunk)?;
+    sess.full_recompute = req.full_recompute;
+    Ok(sess)
 }
 
 /// The `--trunk` packed trunk, validated against the checkpoint (exit 2).

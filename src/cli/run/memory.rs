@@ -60,7 +60,7 @@ pub(super) fn plan_memory(c: &PlanInputs<'_>, rep: &mut RunReport) -> Result<Run
 
 /// The sizes the planner needs for `par` sequences decoding together (each with its KDA
 /// state and MLA cache for the positions; a step's forward over `par` rows).
-fn model_sizes(c: &PlanInputs<'_>, par: usize) -> ModelSizes {
+pub(super) fn model_sizes(c: &PlanInputs<'_>, par: usize) -> ModelSizes {
     let (req, inp, prep) = (c.req, c.inp, c.prep);
     ModelSizes::for_run(
         &inp.d,
@@ -89,7 +89,8 @@ fn parallel_shortfall(
     e: Error,
 ) -> Error {
     let par = req.parallel;
-    if par <= 1 || e.exit_code() != 3 {
+    // only --batch has a --parallel to blame (chat plans its live sequence and a snapshot)
+    if par <= 1 || e.exit_code() != 3 || req.batch.is_none() {
         return e;
     }
     // the largest fitting N, by bisection (fitting is monotone in N)
