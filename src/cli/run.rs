@@ -17,6 +17,7 @@ use crate::plan::{gb_to_bytes, Budget, GB};
 use crate::report::RunReport;
 use crate::run::{decode, DecodeOptions, OpenOptions, Run};
 use crate::stream::pack::PackedTrunk;
+use crate::stream::pieces::PieceMode;
 use crate::stream::policy::{DEFAULT_POLICY, POLICY_NAMES};
 use crate::stream::trace::{HIST_FILE, TRACE_FILE};
 use std::ffi::OsString;
@@ -45,6 +46,8 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec::Value("trunk"),
     Spec::Value("trunk-gb"),
     Spec::Value("trunk-ring"),
+    Spec::Value("trunk-pieces"),
+    Spec::Value("io-depth"),
     Spec::Value("cache-gb"),
     Spec::Switch("full-recompute"),
     Spec::Switch("incremental"),
@@ -101,12 +104,18 @@ Memory (decimal GB, fractions allowed; see k3 --list-presets):
   --trunk DIR          a packed trunk (k3 pack-trunk) to stream the trunk from
   --trunk-gb X         trunk budget: pinned layers + ring slots
   --trunk-ring N       ring slots (default 2 when streaming and they fit, else 1)
+  --trunk-pieces part|layer   stream layers cut at their parts (default) or whole
+  --io-depth N         reads in flight per trunk piece, lm_head chunk and expert batch
+                       (1-64; default 1 for trunk and lm_head, 4 for experts)
   --cache-gb X         expert-cache budget (at least top-k experts)
   --cache-policy NAME  lru, fifo, sieve, s3-fifo, arc, 2q, lfu-da, lfu (default lfu)
 Sessions:
   --save-state PATH    save the sequence at the end (docs/formats.md#session-state-file; the last id stays pending)
   --load-state PATH    continue a saved sequence (then --ids/--prompt append, optional)
 ";
+
+/// The most reads in flight `--io-depth` accepts (each is a thread while it reads).
+const MAX_IO_DEPTH: usize = 64;
 
 /// The parsed run request (the prompt is resolved once the tokenizer is loaded).
 #[derive(Debug)]
@@ -146,6 +155,10 @@ struct Request {
     budget: Budget,
     trunk_dir: Option<PathBuf>,
     policy: String,
+    /// `--trunk-pieces`.
+    pieces: PieceMode,
+    /// `--io-depth`.
+    io_depth: Option<usize>,
 }
 
 /// A budget flag in decimal GB: a finite number > 0 (fractions allowed), as bytes.
@@ -209,6 +222,18 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
     let ring = a.parsed::<usize>("trunk-ring", "a positive integer")?;
     if ring == Some(0) {
         return Err(Error::invalid("flag `--trunk-ring`: must be at least 1"));
+    }
+    let pieces = match a.value("trunk-pieces")? {
+        Some(v) => PieceMode::parse(&v)?,
+        None => PieceMode::default(),
+    };
+    let io_depth = a.parsed::<usize>("io-depth", "a positive integer")?;
+    if let Some(n) = io_depth {
+        if !(1..=MAX_IO_DEPTH).contains(&n) {
+            return Err(Error::invalid(format!(
+                "flag `--io-depth {n}`: expected 1 to {MAX_IO_DEPTH} reads in flight"
+            )));
+        }
     }
     let budget = Budget {
         preset,
@@ -365,6 +390,8 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
         budget,
         trunk_dir,
         policy,
+        pieces,
+        io_depth,
         args: a,
     }))
 }
@@ -538,6 +565,8 @@ fn execute(
         packed: packed.as_ref(),
         trace: inp.trace.take(),
         loaded: show_loading.then_some(super::progress::pinned_layers as fn(usize, usize, u64)),
+        pieces: req.pieces,
+        io_depth: req.io_depth,
     };
     let run = Run::open(&index, &inp.cfg, &census, &prep, open, rep)?;
     let mut sess = run.into_session(ex, req.chunk)?;
