@@ -139,7 +139,7 @@ fn tokenizer_bytes(args: &Args, model_dir: &Path) -> u64 {
 }
 
 /// The plan's line of the streamed pieces (ENGINE.md §5): each streamed layer's pieces in
-/// forward order (runs of layers with the same cut joined), and what overlaps.
+/// forward order (layers with the same cut listed together), and what overlaps.
 fn pieces_line(c: &PlanInputs<'_>, rp: &RunPlan) -> String {
     let mut groups: Vec<(Vec<usize>, String)> = Vec::new();
     for (l, layout) in c.prep.layouts.iter().enumerate() {
@@ -147,9 +147,9 @@ fn pieces_line(c: &PlanInputs<'_>, rp: &RunPlan) -> String {
             continue;
         }
         let text = pieces_text(&layout.trunk_pieces(c.req.pieces));
-        match groups.last_mut() {
-            Some(g) if g.1 == text => g.0.push(l),
-            _ => groups.push((vec![l], text)),
+        match groups.iter_mut().find(|g| g.1 == text) {
+            Some(g) => g.0.push(l),
+            None => groups.push((vec![l], text)),
         }
     }
     let layers: Vec<String> = groups
