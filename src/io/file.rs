@@ -586,6 +586,49 @@ mod tests {
     }
 
     #[test]
+    fn a_split_read_lands_every_byte_where_one_read_puts_it() {
+        let data = pattern(200_000);
+        let p = temp_file("split", &data);
+        let f = IoFile::open(&p).unwrap();
+        // unaligned starts, a payload ending at the file's partial last page, tiny payloads
+        for (off, len) in [
+            (12_345u64, 150_000usize),
+            (0, 200_000),
+            (4096, 8192),
+            (199_990, 10),
+        ] {
+            let one = {
+                let mut b = AlignedBuf::new(window_capacity(len).unwrap()).unwrap();
+                let d = f.read_window(off, len, &mut b).unwrap();
+                (d.pad, b[d.pad..d.pad + len].to_vec())
+            };
+            assert_eq!(one.1, &data[off as usize..off as usize + len]);
+            for depth in [1, 2, 3, 7, 64] {
+                let mut b = AlignedBuf::new(window_capacity(len).unwrap()).unwrap();
+                let d = f.read_window_split(off, len, &mut b, depth).unwrap();
+                assert_eq!(d.pad, one.0, "{off}+{len} at depth {depth}");
+                assert_eq!(
+                    &b[d.pad..d.pad + len],
+                    &one.1[..],
+                    "{off}+{len} at depth {depth}"
+                );
+            }
+        }
+        // a failing chunk fails the read (exit 4)
+        f.faults.skip_size_check.store(true, Ordering::Relaxed);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_len(100_000)
+            .unwrap();
+        let mut b = AlignedBuf::new(window_capacity(150_000).unwrap()).unwrap();
+        let e = f.read_window_split(12_345, 150_000, &mut b, 4).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Io, "{e}");
+        std::fs::remove_dir_all(p.parent().unwrap()).unwrap();
+    }
+
+    #[test]
     fn truncation_between_check_and_read_is_a_short_read() {
         let data = pattern(30_000);
         let p = temp_file("short", &data);

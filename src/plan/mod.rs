@@ -29,7 +29,7 @@ pub use sizes::{
     PROCESS_BASELINE,
 };
 pub use tables::TablesPlan;
-pub use trunk::{choose_trunk, choose_trunk_pieces, TrunkChoice};
+pub use trunk::{choose_trunk, choose_trunk_pieces, min_ring_bytes, TrunkChoice};
 
 use crate::error::{Error, Result};
 use crate::model::state::DecodeState;
@@ -333,7 +333,7 @@ pub fn plan_run(s: &ModelSizes, b: &Budget, available: Option<u64>) -> Result<Ru
     })
 }
 
-/// The smallest plan of a model (one ring slot for the largest piece, nothing pinned, model
+/// The smallest plan of a model (the smallest ring, [`ModelSizes::trunk_min`], nothing pinned, model
 /// tables streamed, top-k cache slots): what a refusal reports as the figures of the run.
 pub fn minimum_plan(s: &ModelSizes, available: Option<u64>) -> MemoryPlan {
     let tables = s.tables_plan(0, false, String::new());

@@ -299,14 +299,24 @@ impl ModelSizes {
     pub fn trunk_all(&self) -> u64 {
         self.layer_runs.iter().map(|&r| buffer_bytes(r)).sum()
     }
-    /// One ring slot for the largest piece.
+    /// The smallest ring: two slots of the largest piece where they fit in one slot of the
+    /// largest layer (pieces cut from layers), else one slot of it
+    /// (`super::trunk::min_ring_bytes`).
     pub fn trunk_min(&self) -> u64 {
-        self.pieces()
+        let piece = self
+            .pieces()
             .iter()
             .flatten()
             .map(|&p| buffer_bytes(p))
             .max()
-            .unwrap_or(0)
+            .unwrap_or(0);
+        let layer = self
+            .layer_runs
+            .iter()
+            .map(|&r| buffer_bytes(r))
+            .max()
+            .unwrap_or(0);
+        super::trunk::min_ring_bytes(layer, piece)
     }
     /// Every bound layer's ring pieces in bytes (a layer without pieces: its run).
     pub fn pieces(&self) -> Vec<Vec<u64>> {

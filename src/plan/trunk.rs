@@ -51,8 +51,10 @@ pub fn choose_trunk(runs: &[u64], budget: u64, ring: Option<usize>) -> Result<Tr
 /// of each class are pinned, and the pinned ones of a class are spread evenly over the walk (so
 /// streamed layers alternate with pinned ones and read-ahead has compute to hide behind).
 ///
-/// `ring`: `Some(n)` forces n slots (≥ 1); `None` prefers 2 (read-ahead), else 1. When every
-/// layer fits, all are pinned and there is no ring.
+/// `ring`: `Some(n)` forces n slots (≥ 1); `None` prefers 2 (read-ahead), else 1 — but only 2
+/// when two slots of the largest piece fit in one of the largest layer (layers cut into
+/// pieces: the smallest ring is then two slots, no larger than the one whole-layer slot it
+/// replaces, [`min_ring_bytes`]). When every layer fits, all are pinned and there is no ring.
 ///
 /// Errors (exit 3): the budget cannot hold even the ring slot(s) for the largest piece; the
 /// message gives the minimum.
@@ -107,6 +109,9 @@ pub fn choose_trunk_pieces(
     classes.sort_by_key(|k| (std::cmp::Reverse(k.0), std::cmp::Reverse(k.3)));
     let rings: Vec<usize> = match ring {
         Some(n) => vec![n.max(1)],
+        // Two slots of pieces that fit where one whole-layer slot did: never one (the floor
+        // does not grow, and it reads ahead).
+        None if 2 * largest_slot <= largest => vec![2],
         None => vec![2, 1],
     };
     for &r in &rings {
@@ -161,6 +166,17 @@ pub fn choose_trunk_pieces(
         if r == 1 { "" } else { "s" },
         gb(largest_slot)
     )))
+}
+
+/// The smallest ring [`choose_trunk_pieces`] accepts without `--trunk-ring`: two slots of the
+/// largest piece when they fit in one slot of the largest layer, else one slot. `layer` and
+/// `piece` are the largest layer's and the largest piece's buffers.
+pub fn min_ring_bytes(layer: u64, piece: u64) -> u64 {
+    if 2 * piece <= layer {
+        2 * piece
+    } else {
+        piece
+    }
 }
 
 /// The report's reason of a [`TrunkChoice`]: what is pinned, the ring, what overlaps.

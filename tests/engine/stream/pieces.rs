@@ -189,14 +189,15 @@ fn the_plan_prints_the_pieces_and_what_overlaps() {
     assert!(err.contains("I/O depth 3"), "{err}");
 }
 
-/// The released model: two part slots fit in the one layer slot the floor needed before, and
-/// the smallest trunk (one slot of the largest part) is smaller still.
+/// The released model: two part slots fit in the one layer slot the floor needed before, so
+/// the smallest ring is those two slots (reading ahead), and the floor does not grow.
 #[test]
 fn the_released_floor_does_not_grow_and_two_pieces_fit_in_one_old_slot() {
     let s = k3_sizes(64);
     let layer0 = buffer_bytes(s.layer_runs[0]);
     assert_eq!(s.layer_runs[0], 2_341_213_184);
-    let part = s.trunk_min();
+    let part = buffer_bytes(s.layer_pieces[0][1]);
+    assert_eq!(s.trunk_min(), 2 * part);
     assert!(
         2 * part <= layer0,
         "two part slots {} > one layer slot {layer0}",
@@ -215,6 +216,16 @@ fn the_released_floor_does_not_grow_and_two_pieces_fit_in_one_old_slot() {
     let c = k3::plan::choose_trunk_pieces(&s.layer_runs, &s.pieces(), layer0, None).unwrap();
     assert_eq!(c.ring_slots, 2, "{}", c.reason);
     assert_eq!(c.slot_bytes, part);
+    // below two slots: refused, naming the minimum (one synchronous slot only when asked)
+    let e =
+        k3::plan::choose_trunk_pieces(&s.layer_runs, &s.pieces(), 2 * part - 1, None).unwrap_err();
+    assert_eq!(e.exit_code(), 3);
+    assert!(
+        e.message.contains("2 ring slots for the largest piece"),
+        "{e}"
+    );
+    let c = k3::plan::choose_trunk_pieces(&s.layer_runs, &s.pieces(), part, Some(1)).unwrap();
+    assert_eq!((c.ring_slots, c.n_pinned()), (1, 0));
 }
 
 #[test]
