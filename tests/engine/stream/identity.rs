@@ -172,13 +172,7 @@ fn matrix(model: &Path, tag: &str, ids: &str, gen: usize, presets: bool) {
     let g = geometry(model);
     let gen_s = gen.to_string();
     let base_args = ["--ids", ids, "--gen", &gen_s];
-    let go = |name: &str, extra: &[&str]| {
-        let mut a: Vec<&str> = base_args.to_vec();
-        a.extend_from_slice(extra);
-        let r = run(model, &format!("{tag}_{name}"), &a);
-        check_ok(&r, &format!("{tag} {name} {extra:?}"));
-        r
-    };
+    let go = |name: &str, extra: &[&str]| checked_run(model, tag, &base_args, name, extra);
     let base = go("base", &[]);
     assert_eq!(
         base.u64(&["trunk", "pinned_layers"]) as usize,

@@ -36,13 +36,8 @@ fn slot(model: &Path, mode: PieceMode) -> u64 {
 /// read but the first of a run is made ahead with two slots).
 fn matrix(model: &Path, tag: &str, ids: &str, all_ahead: bool) {
     let base_args = ["--ids", ids, "--gen", "5"];
-    let go = |name: &str, extra: &[&str]| {
-        let mut a: Vec<&str> = base_args.to_vec();
-        a.extend_from_slice(extra);
-        let r = run(model, &format!("pieces_{tag}_{name}"), &a);
-        check_ok(&r, &format!("{tag} {name} {extra:?}"));
-        r
-    };
+    let tag_p = format!("pieces_{tag}");
+    let go = |name: &str, extra: &[&str]| checked_run(model, &tag_p, &base_args, name, extra);
     let base = go("base", &[]);
     let same = |r: &Run, what: &str| {
         assert_eq!(r.hash(), base.hash(), "{tag} {what}: logits differ");
@@ -133,57 +128,41 @@ fn moderate_logits_are_identical_for_every_piece_ring_and_io_depth() {
     matrix(&moderate(), "moderate", "5,900,17,256,3,77,1000", true);
 }
 
+/// `k3 <model> --ids 5,900,17 --gen 1 --trunk-gb <budget> <extra>`: its standard error (the
+/// plan lines), the run having succeeded.
+fn plan_text(m: &Path, budget: &str, extra: &[&str]) -> String {
+    let mut a = vec![m.to_str().unwrap(), "--ids", "5,900,17", "--gen", "1"];
+    a.extend(["--trunk-gb", budget, "--no-progress"]);
+    a.extend_from_slice(extra);
+    let o = run_k3(a);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{err}");
+    err
+}
+
 /// The plan prints each streamed layer's pieces, the ring and what overlaps.
 #[test]
 fn the_plan_prints_the_pieces_and_what_overlaps() {
     let m = moderate();
-    let budget = gb_arg(2 * slot(&m, PieceMode::Part));
-    let o = run_k3([
-        m.to_str().unwrap(),
-        "--ids",
-        "5,900,17",
-        "--gen",
-        "1",
-        "--trunk-gb",
-        &budget,
-        "--no-progress",
-    ]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{err}");
+    let err = plan_text(&m, &gb_arg(2 * slot(&m, PieceMode::Part)), &[]);
     let line = err
         .lines()
         .find(|l| l.contains("trunk pieces (part)"))
         .unwrap_or_else(|| panic!("no pieces line:\n{err}"));
-    assert!(line.contains("layer 0: attn"), "{line}");
-    assert!(
-        line.contains("mlp.gate_up") && line.contains("mlp.down"),
-        "{line}"
-    );
-    assert!(line.contains("moe"), "{line}");
-    assert!(line.contains("ring 2 ×"), "{line}");
-    assert!(
-        line.contains("piece i+1 is read while piece i computes"),
-        "{line}"
-    );
-    assert!(line.contains("I/O depth 1"), "{line}");
+    for want in [
+        "layer 0: attn",
+        "mlp.gate_up",
+        "mlp.down",
+        "moe",
+        "ring 2 ×",
+        "piece i+1 is read while piece i computes",
+        "I/O depth 1",
+    ] {
+        assert!(line.contains(want), "{want}: {line}");
+    }
     // whole layers say so
     let budget = gb_arg(2 * slot(&m, PieceMode::Layer));
-    let o = run_k3([
-        m.to_str().unwrap(),
-        "--ids",
-        "5,900,17",
-        "--gen",
-        "1",
-        "--trunk-gb",
-        &budget,
-        "--trunk-pieces",
-        "layer",
-        "--io-depth",
-        "3",
-        "--no-progress",
-    ]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{err}");
+    let err = plan_text(&m, &budget, &["--trunk-pieces", "layer", "--io-depth", "3"]);
     assert!(err.contains("trunk pieces (layer)"), "{err}");
     assert!(err.contains("attn+mlp.gate_up+mlp.down"), "{err}");
     assert!(err.contains("I/O depth 3"), "{err}");

@@ -112,6 +112,15 @@ pub fn run(model: &Path, tag: &str, args: &[&str]) -> Run {
     }
 }
 
+/// `k3 <model> <base> <extra>` as [`run`] names it `{tag}_{name}`, checked with [`check_ok`].
+pub fn checked_run(model: &Path, tag: &str, base: &[&str], name: &str, extra: &[&str]) -> Run {
+    let mut a: Vec<&str> = base.to_vec();
+    a.extend_from_slice(extra);
+    let r = run(model, &format!("{tag}_{name}"), &a);
+    check_ok(&r, &format!("{tag} {name} {extra:?}"));
+    r
+}
+
 /// A budget flag value for exactly `bytes` bytes (decimal GB with enough digits; one byte
 /// of margin against rounding down).
 pub fn gb_arg(bytes: u64) -> String {
