@@ -103,7 +103,7 @@ Memory (decimal GB, fractions allowed; see k3 --list-presets):
   --mem-gb X           whole-process budget (trunk first, then lm_head rows, then expert cache, then embedding)
   --trunk DIR          a packed trunk (k3 pack-trunk) to stream the trunk from
   --trunk-gb X         trunk budget: pinned layers + ring slots
-  --trunk-ring N       ring slots (default 2 when streaming and they fit, else 1)
+  --trunk-ring N       ring slots (default 2; 1 only if two piece slots exceed a layer's)
   --trunk-pieces part|layer   stream layers cut at their parts (default) or whole
   --io-depth N         reads in flight per trunk piece, lm_head chunk and expert batch
                        (1-64; default 1 for trunk and lm_head, 4 for experts)

@@ -202,14 +202,7 @@ fn matrix(model: &Path, tag: &str, ids: &str, gen: usize, presets: bool) {
     assert_eq!(r.u64(&["trunk", "hits"]), 0);
 
     // The same from a packed trunk.
-    let packed = scratch_dir(&format!("stream_packed_{tag}"));
-    let p = run_k3([
-        "pack-trunk",
-        model.to_str().unwrap(),
-        packed.to_str().unwrap(),
-        "--quiet",
-    ]);
-    assert!(p.status.success(), "{}", String::from_utf8_lossy(&p.stderr));
+    let packed = packed_trunk(model, &format!("stream_packed_{tag}"));
     let r = go(
         "packed",
         &[

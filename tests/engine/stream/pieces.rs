@@ -54,14 +54,7 @@ fn matrix(model: &Path, tag: &str, ids: &str, all_ahead: bool) {
         ps < ls,
         "{tag}: a part slot {ps} is not smaller than a layer slot {ls}"
     );
-    let packed = scratch_dir(&format!("pieces_packed_{tag}"));
-    let p = run_k3([
-        "pack-trunk",
-        model.to_str().unwrap(),
-        packed.to_str().unwrap(),
-        "--quiet",
-    ]);
-    assert!(p.status.success(), "{}", String::from_utf8_lossy(&p.stderr));
+    let packed = packed_trunk(model, &format!("pieces_packed_{tag}"));
     let packed = packed.to_str().unwrap().to_string();
     for ring in [1u64, 2, 3] {
         for (mode, s) in [("part", ps), ("layer", ls)] {
