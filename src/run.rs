@@ -23,6 +23,7 @@ use crate::plan::RunPlan;
 use crate::report::{RunReport, StepReport, TrunkReport};
 use crate::stream::experts::CachedExperts;
 use crate::stream::pack::PackedTrunk;
+use crate::stream::pieces::PieceMode;
 use crate::stream::tables::TablesConfig;
 use crate::stream::trace::{TraceWriter, Traced};
 use crate::stream::trunk::StreamedTrunk;
@@ -40,7 +41,19 @@ pub struct OpenOptions<'a> {
     pub trace: Option<TraceWriter>,
     /// Told after each pinned trunk layer is read: (done, total pinned, bytes so far).
     pub loaded: Option<fn(usize, usize, u64)>,
+    /// How streamed layers are cut into ring pieces (`--trunk-pieces`; the plan was sized
+    /// with the same cut).
+    pub pieces: PieceMode,
+    /// `--io-depth N`: concurrent preads per trunk piece and lm_head chunk read, and expert
+    /// reads in flight per batch; None: [`DEFAULT_IO_DEPTH`] and [`DEFAULT_EXPERT_IO_THREADS`].
+    pub io_depth: Option<usize>,
 }
+
+/// Concurrent preads per trunk piece and lm_head chunk read without `--io-depth`: one (on
+/// this project's machine splitting a window over more threads was not faster: bench/README.md).
+pub const DEFAULT_IO_DEPTH: usize = 1;
+/// Expert reads in flight per batch without `--io-depth`.
+pub const DEFAULT_EXPERT_IO_THREADS: usize = 4;
 
 /// A model bound for a run: the weights, the streamed trunk and the (traced) expert cache.
 pub struct Run {
@@ -116,8 +129,10 @@ impl Run {
             cache_slots: rp.cache_slots,
             policy: o.policy,
             packed: o.packed.map(|(pt, bin)| (pt, Arc::clone(bin))),
-            expert_io_threads: 4,
+            expert_io_threads: o.io_depth.unwrap_or(DEFAULT_EXPERT_IO_THREADS),
             loaded: o.loaded,
+            pieces: o.pieces,
+            io_depth: o.io_depth.unwrap_or(DEFAULT_IO_DEPTH),
         };
         let bound = streamed::bind(index, cfg, prep, &conf)?;
         let (slots, stride, policy) = bound.experts.geometry();

@@ -6,7 +6,9 @@ use super::reader::{Dtype, Reader, TensorMeta};
 use crate::catalogue::{self, layer_tensor_name, SuffixSpec};
 use crate::error::Result;
 use crate::io::Extent;
+use crate::model::weights::LayerPart;
 use crate::model::Dims;
+use crate::stream::pieces::{cut_layer, PieceMode, TrunkPiece};
 
 /// Where the two [V, H] BF16 model tables are in the checkpoint (checked for shape and dtype).
 #[derive(Debug, Clone, PartialEq)]
@@ -44,6 +46,21 @@ impl LayerLayout {
     /// Byte offset of tensor `name` in the layer buffer.
     pub fn dest_of(&self, name: &str) -> Option<u64> {
         self.tensors.iter().find(|t| t.0 == name).map(|t| t.1)
+    }
+
+    /// The layer cut into ring pieces in forward order ([`cut_layer`]: at its parts'
+    /// boundaries, or whole with [`PieceMode::Layer`]).
+    pub fn trunk_pieces(&self, mode: PieceMode) -> Vec<TrunkPiece> {
+        let prefix = layer_tensor_name(self.layer, "");
+        let tensors: Vec<_> = self
+            .tensors
+            .iter()
+            .map(|(n, off, len)| {
+                let part = n.strip_prefix(&prefix).and_then(LayerPart::of_suffix);
+                (part, *off, *len)
+            })
+            .collect();
+        cut_layer(&tensors, self.bytes, mode)
     }
 }
 

@@ -9,7 +9,7 @@ use crate::catalogue;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::model::experts::ExpertShape;
-use crate::model::weights::Bf16Mat;
+use crate::model::weights::{Bf16Mat, LayerPart, PartBuf};
 use crate::model::{Dims, Model, TrunkSource};
 
 /// Every bound layer's matrices and both model tables held in memory.
@@ -25,10 +25,10 @@ pub struct ResidentTrunk {
 }
 
 impl TrunkSource for ResidentTrunk {
-    fn layer_buf(&mut self, l: usize) -> Result<&[u16]> {
+    fn layer_part(&mut self, l: usize, _part: LayerPart) -> Result<PartBuf<'_>> {
         self.bufs
             .get(l)
-            .map(|b| b.as_slice())
+            .map(|b| PartBuf::whole(b))
             .ok_or_else(|| Error::internal(format!("layer {l} is not bound")))
     }
     fn embed_row(&mut self, id: usize) -> Result<&[u16]> {

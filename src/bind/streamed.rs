@@ -13,13 +13,15 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::io::{Extent, IoFile, IoThreads};
 use crate::model::experts::ExpertShape;
+use crate::model::weights::LayerWeights;
 use crate::model::{Dims, Model};
 use crate::stream::expert_cache::ExpertCache;
 use crate::stream::experts::CachedExperts;
 use crate::stream::pack::PackedTrunk;
+use crate::stream::pieces::{PieceMode, TrunkPiece};
 use crate::stream::policy::new_policy;
 use crate::stream::tables::{TableLoc, Tables, TablesConfig};
-use crate::stream::trunk::{LayerRead, StreamedTrunk};
+use crate::stream::trunk::{LayerRead, RingConfig, StreamedTrunk};
 use std::sync::Arc;
 
 /// What the planner needs to know before anything large is allocated: every bound layer's
@@ -57,6 +59,10 @@ pub struct StreamConfig<'a> {
     pub packed: Option<(&'a PackedTrunk, Arc<IoFile>)>,
     /// Expert-read threads.
     pub expert_io_threads: usize,
+    /// How streamed layers are cut into ring pieces (`--trunk-pieces`).
+    pub pieces: PieceMode,
+    /// Concurrent preads per trunk piece and lm_head chunk read (`--io-depth`, at least 1).
+    pub io_depth: usize,
     /// Told after each pinned layer is read: (done, total pinned, bytes so far); for progress.
     pub loaded: Option<fn(usize, usize, u64)>,
 }
@@ -121,8 +127,8 @@ pub fn bind(
     };
     // Trunk reads: the shards' runs (or tensors), or the packed runs.
     let mut reads = Vec::with_capacity(layers);
-    for layout in &prep.layouts {
-        let pieces = match &conf.packed {
+    for (layout, w) in prep.layouts.iter().zip(&lw) {
+        let extents = match &conf.packed {
             Some((pt, bin)) => {
                 let pl = pt
                     .layers
@@ -152,9 +158,12 @@ pub fn bind(
                 .map(|p| Ok(p.with_file(file(p.file)?)))
                 .collect::<Result<Vec<_>>>()?,
         };
+        let pieces = layout.trunk_pieces(conf.pieces);
+        check_pieces(w, &pieces)?;
         reads.push(LayerRead {
             layer: layout.layer,
             bytes: layout.bytes as usize,
+            extents,
             pieces,
         });
     }
@@ -174,12 +183,16 @@ pub fn bind(
         },
         &conf.tables,
     )?;
-    let trunk_io = Arc::new(IoThreads::new(1)?);
-    let table_io = Arc::new(IoThreads::new(1)?);
+    let depth = conf.io_depth.max(1);
+    let trunk_io = Arc::new(IoThreads::with_depth(1, depth)?);
+    let table_io = Arc::new(IoThreads::with_depth(1, depth)?);
     let trunk = StreamedTrunk::new(
         reads,
         conf.pinned,
-        conf.ring_slots,
+        RingConfig {
+            slots: conf.ring_slots,
+            io_depth: depth,
+        },
         tables_src,
         trunk_io,
         table_io,
@@ -212,4 +225,26 @@ pub fn bind(
         trunk,
         experts,
     })
+}
+
+/// Checks that every matrix of `w` lies inside the piece that holds its part: the forward
+/// asks for a matrix by its part, and the ring hands over only that piece's bytes. Exit 1 (a
+/// cut that disagrees with the binding is a bug, never the checkpoint's fault).
+fn check_pieces(w: &LayerWeights, pieces: &[TrunkPiece]) -> Result<()> {
+    for (part, slot) in w.part_slots() {
+        let inside = pieces.iter().any(|p| {
+            p.parts.contains(&part)
+                && 2 * slot.off as u64 >= p.start
+                && 2 * (slot.off + slot.rows * slot.cols) as u64 <= p.start + p.len
+        });
+        if !inside {
+            return Err(Error::internal(format!(
+                "layer {}: a {} matrix at element {} lies outside its trunk piece",
+                w.index,
+                part.name(),
+                slot.off
+            )));
+        }
+    }
+    Ok(())
 }

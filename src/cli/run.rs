@@ -17,6 +17,7 @@ use crate::plan::{gb_to_bytes, Budget, GB};
 use crate::report::RunReport;
 use crate::run::{decode, DecodeOptions, OpenOptions, Run};
 use crate::stream::pack::PackedTrunk;
+use crate::stream::pieces::PieceMode;
 use crate::stream::policy::{DEFAULT_POLICY, POLICY_NAMES};
 use crate::stream::trace::{HIST_FILE, TRACE_FILE};
 use std::ffi::OsString;
@@ -46,6 +47,8 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec::Value("trunk"),
     Spec::Value("trunk-gb"),
     Spec::Value("trunk-ring"),
+    Spec::Value("trunk-pieces"),
+    Spec::Value("io-depth"),
     Spec::Value("cache-gb"),
     Spec::Switch("full-recompute"),
     Spec::Switch("incremental"),
@@ -101,13 +104,19 @@ Memory (decimal GB, fractions allowed; see k3 --list-presets):
   --mem-gb X           whole-process budget (trunk first, then lm_head rows, then expert cache, then embedding)
   --trunk DIR          a packed trunk (k3 pack-trunk) to stream the trunk from
   --trunk-gb X         trunk budget: pinned layers + ring slots
-  --trunk-ring N       ring slots (default 2 when streaming and they fit, else 1)
+  --trunk-ring N       ring slots (default 2; 1 only if two piece slots exceed a layer's)
+  --trunk-pieces part|layer   stream layers cut at their parts (default) or whole
+  --io-depth N         reads in flight per trunk piece, lm_head chunk and expert batch
+                       (1-64; default 1 for trunk and lm_head, 4 for experts)
   --cache-gb X         expert-cache budget (at least top-k experts)
   --cache-policy NAME  lru, fifo, sieve, s3-fifo, arc, 2q, lfu-da, lfu (default lfu)
 Sessions:
   --save-state PATH    save the sequence at the end (docs/formats.md#session-state-file; the last id stays pending)
   --load-state PATH    continue a saved sequence (then --ids/--prompt append, optional)
 ";
+
+/// The most reads in flight `--io-depth` accepts (each is a thread while it reads).
+const MAX_IO_DEPTH: usize = 64;
 
 /// The parsed run request (the prompt is resolved once the tokenizer is loaded).
 #[derive(Debug)]
@@ -147,6 +156,10 @@ struct Request {
     budget: Budget,
     trunk_dir: Option<PathBuf>,
     policy: String,
+    /// `--trunk-pieces`.
+    pieces: PieceMode,
+    /// `--io-depth`.
+    io_depth: Option<usize>,
 }
 
 /// A budget flag in decimal GB: a finite number > 0 (fractions allowed), as bytes.
@@ -227,6 +240,24 @@ fn budget_flags(a: &Args) -> Result<Budget> {
     Ok(budget)
 }
 
+/// `--trunk-pieces part|layer` and `--io-depth N` (1 to [`MAX_IO_DEPTH`]; ENGINE.md §5).
+/// Errors (exit 2): an unknown piece mode, a depth out of range.
+fn streaming_flags(a: &Args) -> Result<(PieceMode, Option<usize>)> {
+    let pieces = match a.value("trunk-pieces")? {
+        Some(v) => PieceMode::parse(&v)?,
+        None => PieceMode::default(),
+    };
+    let io_depth = a.parsed::<usize>("io-depth", "a positive integer")?;
+    if let Some(n) = io_depth {
+        if !(1..=MAX_IO_DEPTH).contains(&n) {
+            return Err(Error::invalid(format!(
+                "flag `--io-depth {n}`: expected 1 to {MAX_IO_DEPTH} reads in flight"
+            )));
+        }
+    }
+    Ok((pieces, io_depth))
+}
+
 /// `--stop-id ID` and `--stop TEXT` (both repeatable). Errors (exit 2): an id that is not a
 /// number, an empty stop string.
 fn stop_flags(a: &Args) -> Result<(Vec<u32>, Vec<String>)> {
@@ -258,6 +289,7 @@ fn request_from_args(a: Args, cmd: &str) -> Result<Request> {
         )));
     }
     let budget = budget_flags(&a)?;
+    let (pieces, io_depth) = streaming_flags(&a)?;
     let policy = a
         .value("cache-policy")?
         .unwrap_or_else(|| DEFAULT_POLICY.to_string());
@@ -387,6 +419,8 @@ fn request_from_args(a: Args, cmd: &str) -> Result<Request> {
         budget,
         trunk_dir,
         policy,
+        pieces,
+        io_depth,
         args: a,
     })
 }
@@ -633,6 +667,8 @@ fn open_session<'t>(
         packed: b.packed,
         trace: inp.trace.take(),
         loaded: show_loading.then_some(super::progress::pinned_layers as fn(usize, usize, u64)),
+        pieces: req.pieces,
+        io_depth: req.io_depth,
     };
     let run = Run::open(b.index, &inp.cfg, b.census, b.prep, open, rep)?;
     let mut sess = run.into_session(ex, req.chunk)?;

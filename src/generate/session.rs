@@ -15,7 +15,7 @@ use super::stop::{StopReason, StopRules, StopText};
 use crate::error::{Error, Result};
 use crate::model::experts::{ExpertSource, ExpertStats};
 use crate::model::state::{DecodeState, LayerState};
-use crate::model::weights::Bf16Mat;
+use crate::model::weights::{Bf16Mat, LayerPart, PartBuf};
 use crate::model::{Exec, LogitRows, Model, Segment, TrunkSource};
 use crate::tokenizer::stream::StreamDecoder;
 use crate::tokenizer::Tokenizer;
@@ -612,11 +612,13 @@ struct LayerProgress<'a, 'p, 'd, T: TrunkSource> {
 }
 
 impl<T: TrunkSource> TrunkSource for LayerProgress<'_, '_, '_, T> {
-    fn layer_buf(&mut self, l: usize) -> Result<&[u16]> {
-        if let Some(p) = self.progress.as_deref_mut() {
-            p.layer(self.chunk, self.n_chunks, l, self.layers);
+    fn layer_part(&mut self, l: usize, part: LayerPart) -> Result<PartBuf<'_>> {
+        if part == LayerPart::Attn {
+            if let Some(p) = self.progress.as_deref_mut() {
+                p.layer(self.chunk, self.n_chunks, l, self.layers);
+            }
         }
-        self.inner.layer_buf(l)
+        self.inner.layer_part(l, part)
     }
     fn embed_row(&mut self, id: usize) -> Result<&[u16]> {
         self.inner.embed_row(id)

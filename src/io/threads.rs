@@ -39,6 +39,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct IoThreads {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
+    /// Concurrent preads per [`IoThreads::submit`] read.
+    depth: usize,
 }
 
 /// One read of a batch: the pieces of one payload and the buffer it lands in.
@@ -150,6 +152,12 @@ impl IoThreads {
     ///
     /// Errors: exit 3 if the system refuses a thread.
     pub fn new(threads: usize) -> Result<IoThreads> {
+        IoThreads::with_depth(threads, 1)
+    }
+
+    /// As [`IoThreads::new`], each [`IoThreads::submit`] read split into `depth` concurrent
+    /// preads ([`IoFile::read_window_split`]; at least 1).
+    pub fn with_depth(threads: usize, depth: usize) -> Result<IoThreads> {
         let threads = threads.max(1);
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
@@ -161,6 +169,7 @@ impl IoThreads {
         let mut pool = IoThreads {
             shared,
             workers: Vec::with_capacity(threads),
+            depth: depth.max(1),
         };
         for i in 0..threads {
             let shared = Arc::clone(&pool.shared);
@@ -215,13 +224,27 @@ impl IoThreads {
 
     /// Queues one read of [offset, offset + len) of `file` into `buf` (4096-aligned, at least
     /// `window_capacity(len)` bytes) and returns at once; [`ReadTicket::wait`] gives the buffer
-    /// back with the payload at `pad`.
+    /// back with the payload at `pad`. The read is split into the pool's depth of concurrent
+    /// preads ([`IoThreads::with_depth`]).
     pub fn submit(
         &self,
         file: Arc<IoFile>,
         offset: u64,
         len: usize,
+        buf: AlignedBuf,
+    ) -> ReadTicket {
+        self.submit_split(file, offset, len, buf, self.depth)
+    }
+
+    /// As [`IoThreads::submit`], the window read as `depth` concurrent preads
+    /// ([`IoFile::read_window_split`]): `depth` reads in flight for one payload.
+    pub fn submit_split(
+        &self,
+        file: Arc<IoFile>,
+        offset: u64,
+        len: usize,
         mut buf: AlignedBuf,
+        depth: usize,
     ) -> ReadTicket {
         let (tx, rx) = mpsc::sync_channel(1);
         let what = format!(
@@ -232,7 +255,7 @@ impl IoThreads {
             let mut st = lock(&self.shared.state);
             st.jobs.push_back(Box::new(move || {
                 let t0 = std::time::Instant::now();
-                let r = file.read_window(offset, len, &mut buf);
+                let r = file.read_window_split(offset, len, &mut buf, depth);
                 let secs = t0.elapsed().as_secs_f64();
                 // The receiver may be gone (a failed run dropped the ticket); nothing to do.
                 let _ = tx.send((buf, r, secs));

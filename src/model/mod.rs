@@ -22,7 +22,7 @@ use attn_res::Depth;
 use experts::ExpertSource;
 use k3_kernels::Kernels;
 use state::{DecodeState, LayerState};
-use weights::{AttnWeights, Bf16Mat, FfnWeights, LayerWeights, OutputVecs};
+use weights::{AttnWeights, Bf16Mat, FfnWeights, LayerPart, LayerWeights, OutputVecs, PartBuf};
 
 pub use crate::config::AttnKind;
 use crate::config::Config;
@@ -169,10 +169,12 @@ impl std::ops::Deref for Exec {
 /// two [V, H] model tables. Resident, ring slot or packed trunk, streamed or not: the forward
 /// pass cannot tell (ENGINE.md §4–§5).
 pub trait TrunkSource {
-    /// The `u16` buffer holding layer `l`'s BF16 matrices at the offsets of its
-    /// [`LayerWeights`] slots. The buffer stays valid (never refilled) while borrowed. An error
-    /// fails the forward.
-    fn layer_buf(&mut self, l: usize) -> Result<&[u16]>;
+    /// A part of layer `l`'s buffer holding (at least) the BF16 matrices of `part`, at the
+    /// offsets of its [`LayerWeights`] slots (ENGINE.md §5 pieces). The forward asks for the
+    /// parts of each layer in forward order ([`LayerPart`]), one at a time: the part stays valid
+    /// (never refilled) while borrowed, and the next call may recycle it. An error fails the
+    /// forward.
+    fn layer_part(&mut self, l: usize, part: LayerPart) -> Result<PartBuf<'_>>;
 
     /// Row `id` (< V) of `embed_tokens`: H BF16 values (MODEL.md §6.2). An error fails the
     /// forward.
@@ -327,7 +329,6 @@ impl Model {
         let mut xn = vec![0f32; t * h];
         let mut y = vec![0f32; t * h];
         for (l, lw) in self.layers.iter().enumerate() {
-            let buf = trunk.layer_buf(l)?;
             // 1. pre-attention aggregation (skipped while B is empty)
             if depth.snapshots.is_empty() {
                 xa.copy_from_slice(&depth.p);
@@ -340,7 +341,16 @@ impl Model {
             }
             // 3. attention, per segment over its own state
             ex.rmsnorm(&xa, &lw.input_layernorm, d.eps, &mut xn);
-            attention(ex, d, l, lw, buf, segs, &xn, &mut y)?;
+            attention(
+                ex,
+                d,
+                l,
+                lw,
+                trunk.layer_part(l, LayerPart::Attn)?,
+                segs,
+                &xn,
+                &mut y,
+            )?;
             // 4. P = y or P + y
             depth.add(ex, &y);
             check_finite(&depth.p, h, &places, |at| {
@@ -351,9 +361,17 @@ impl Model {
             // 6. FFN
             ex.rmsnorm(&xa, &lw.post_attention_layernorm, d.eps, &mut xn);
             match &lw.ffn {
-                FfnWeights::Dense(s) => ffn::situ_mlp(ex, d, &s.view(buf), &xn, &mut y),
+                FfnWeights::Dense(s) => {
+                    // gate and up, then down: two parts, so the down projection's bytes may
+                    // arrive while gate and up compute
+                    let gu = trunk.layer_part(l, LayerPart::MlpGateUp)?;
+                    let (gate, up) = (s.gate_proj.view(gu), s.up_proj.view(gu));
+                    let hh = ffn::situ_gate_up(ex, d, &gate, &up, &xn);
+                    let dn = trunk.layer_part(l, LayerPart::MlpDown)?;
+                    ex.matmul(&s.down_proj.view(dn), &hh, &mut y);
+                }
                 FfnWeights::Moe(w) => {
-                    let m = w.mats.view(buf);
+                    let m = w.mats.view(trunk.layer_part(l, LayerPart::Moe)?);
                     let at = |r: usize| places.at(r);
                     moe::forward(ex, d, l, &m, &w.vecs, experts, &xn, &at, &mut y)?;
                 }
@@ -453,7 +471,7 @@ fn attention(
     d: &Dims,
     l: usize,
     lw: &LayerWeights,
-    buf: &[u16],
+    buf: PartBuf<'_>,
     segs: &mut [Segment<'_>],
     xn: &[f32],
     y: &mut [f32],

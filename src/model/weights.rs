@@ -27,13 +27,89 @@ pub struct MatSlot {
 }
 
 impl MatSlot {
-    /// The view of this matrix inside `buf`.
-    pub fn view<'a>(&self, buf: &'a [u16]) -> Bf16Mat<'a> {
+    /// The view of this matrix inside `buf`, a part of its layer buffer that holds it (a
+    /// [`PartBuf`] from [`super::TrunkSource::layer_part`] for this matrix's [`LayerPart`]).
+    pub fn view<'a>(&self, buf: PartBuf<'a>) -> Bf16Mat<'a> {
+        let at = self.off - buf.base;
         Bf16Mat {
             rows: self.rows,
             cols: self.cols,
-            data: &buf[self.off..self.off + self.rows * self.cols],
+            data: &buf.data[at..at + self.rows * self.cols],
         }
+    }
+}
+
+/// The parts of a decoder layer's trunk the forward pass asks for, in forward order (ENGINE.md
+/// §5 "pieces"): a streamed trunk may hold each in a ring slot of its own, so that the next
+/// part is read while this one computes. A part is a set of whole trunk tensors, cut at
+/// projection boundaries: the dense FFN's gate and up projections (one job on the same input)
+/// come before its down projection, which needs their output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LayerPart {
+    /// Every `self_attn.*` tensor (KDA or MLA, MODEL.md §6.4–§6.5).
+    Attn,
+    /// `mlp.gate_proj`, `mlp.up_proj` of a dense layer (§6.6).
+    MlpGateUp,
+    /// `mlp.down_proj` of a dense layer (§6.6).
+    MlpDown,
+    /// Every trunk `block_sparse_moe.*` tensor: router, latent projections, shared experts (§6.7).
+    Moe,
+}
+
+impl LayerPart {
+    /// Every part, in forward order.
+    pub const ALL: [LayerPart; 4] = [
+        LayerPart::Attn,
+        LayerPart::MlpGateUp,
+        LayerPart::MlpDown,
+        LayerPart::Moe,
+    ];
+
+    /// The part holding the trunk tensor with layer suffix `suffix` (the name after
+    /// `layers.N.`, MODEL.md §4); `None` for the vectors the forward never reads from the
+    /// layer buffer (layer norms and AttnRes pairs, widened at bind time).
+    pub fn of_suffix(suffix: &str) -> Option<LayerPart> {
+        if suffix.starts_with("self_attn.") {
+            Some(LayerPart::Attn)
+        } else if suffix == "mlp.gate_proj.weight" || suffix == "mlp.up_proj.weight" {
+            Some(LayerPart::MlpGateUp)
+        } else if suffix == "mlp.down_proj.weight" {
+            Some(LayerPart::MlpDown)
+        } else if suffix.starts_with("block_sparse_moe.") {
+            Some(LayerPart::Moe)
+        } else {
+            None
+        }
+    }
+
+    /// Short name for the plan and messages: `attn`, `mlp.gate_up`, `mlp.down`, `moe`.
+    pub fn name(self) -> &'static str {
+        match self {
+            LayerPart::Attn => "attn",
+            LayerPart::MlpGateUp => "mlp.gate_up",
+            LayerPart::MlpDown => "mlp.down",
+            LayerPart::Moe => "moe",
+        }
+    }
+}
+
+/// A part of a layer buffer: `data` holds its `u16` elements `base .. base + data.len()`. A
+/// resident layer is one part at base 0; a ring slot may hold one [`LayerPart`] or several.
+#[derive(Debug, Clone, Copy)]
+pub struct PartBuf<'a> {
+    /// Index in the layer buffer (`u16` units) of `data[0]`.
+    pub base: usize,
+    pub data: &'a [u16],
+}
+
+impl<'a> PartBuf<'a> {
+    /// The whole layer buffer as one part.
+    pub fn whole(data: &'a [u16]) -> PartBuf<'a> {
+        PartBuf { base: 0, data }
+    }
+    /// True when `slot` lies inside this part.
+    pub fn holds(&self, slot: &MatSlot) -> bool {
+        slot.off >= self.base && slot.off + slot.rows * slot.cols <= self.base + self.data.len()
     }
 }
 
@@ -64,8 +140,8 @@ pub struct KdaSlots {
 }
 
 impl KdaSlots {
-    /// The matrix views in the layer buffer `buf`.
-    pub fn view<'a>(&self, buf: &'a [u16]) -> KdaMats<'a> {
+    /// The matrix views in `buf`, the part of the layer buffer that holds them.
+    pub fn view<'a>(&self, buf: PartBuf<'a>) -> KdaMats<'a> {
         KdaMats {
             q_proj: self.q_proj.view(buf),
             k_proj: self.k_proj.view(buf),
@@ -125,8 +201,8 @@ pub struct MlaSlots {
 }
 
 impl MlaSlots {
-    /// The matrix views in the layer buffer `buf`.
-    pub fn view<'a>(&self, buf: &'a [u16]) -> MlaMats<'a> {
+    /// The matrix views in `buf`, the part of the layer buffer that holds them.
+    pub fn view<'a>(&self, buf: PartBuf<'a>) -> MlaMats<'a> {
         MlaMats {
             q_a_proj: self.q_a_proj.view(buf),
             q_b_proj: self.q_b_proj.view(buf),
@@ -176,8 +252,8 @@ pub struct MlpSlots {
 }
 
 impl MlpSlots {
-    /// The matrix views in the layer buffer `buf`.
-    pub fn view<'a>(&self, buf: &'a [u16]) -> MlpMats<'a> {
+    /// The matrix views in `buf`, the part of the layer buffer that holds them.
+    pub fn view<'a>(&self, buf: PartBuf<'a>) -> MlpMats<'a> {
         MlpMats {
             gate_proj: self.gate_proj.view(buf),
             up_proj: self.up_proj.view(buf),
@@ -209,8 +285,8 @@ pub struct MoeSlots {
 }
 
 impl MoeSlots {
-    /// The matrix views in the layer buffer `buf`.
-    pub fn view<'a>(&self, buf: &'a [u16]) -> MoeMats<'a> {
+    /// The matrix views in `buf`, the part of the layer buffer that holds them.
+    pub fn view<'a>(&self, buf: PartBuf<'a>) -> MoeMats<'a> {
         MoeMats {
             router: self.router.view(buf),
             down_l: self.down_l.view(buf),
@@ -262,6 +338,50 @@ pub struct LayerWeights {
 }
 
 impl LayerWeights {
+    /// Every BF16 matrix slot of the layer with the part the forward asks for it by.
+    pub fn part_slots(&self) -> Vec<(LayerPart, MatSlot)> {
+        let mut v = Vec::new();
+        match &self.attn {
+            AttnWeights::Kda(w) => {
+                let m = &w.mats;
+                v.extend([
+                    m.q_proj, m.k_proj, m.v_proj, m.f_a_proj, m.f_b_proj, m.b_proj, m.g_proj,
+                    m.o_proj,
+                ]);
+            }
+            AttnWeights::Mla(w) => {
+                let m = &w.mats;
+                v.extend([
+                    m.q_a_proj,
+                    m.q_b_proj,
+                    m.kv_a_proj_with_mqa,
+                    m.kv_b_proj,
+                    m.o_proj,
+                ]);
+                v.extend(m.g_proj);
+            }
+        }
+        let mut out: Vec<(LayerPart, MatSlot)> =
+            v.into_iter().map(|s| (LayerPart::Attn, s)).collect();
+        match &self.ffn {
+            FfnWeights::Dense(s) => out.extend([
+                (LayerPart::MlpGateUp, s.gate_proj),
+                (LayerPart::MlpGateUp, s.up_proj),
+                (LayerPart::MlpDown, s.down_proj),
+            ]),
+            FfnWeights::Moe(w) => {
+                let m = &w.mats;
+                out.extend([m.router, m.down_l, m.up_l].map(|s| (LayerPart::Moe, s)));
+                if let Some(sh) = &m.shared {
+                    out.extend(
+                        [sh.gate_proj, sh.up_proj, sh.down_proj].map(|s| (LayerPart::Moe, s)),
+                    );
+                }
+            }
+        }
+        out
+    }
+
     /// The layer's attention kind.
     pub fn kind(&self) -> AttnKind {
         match self.attn {

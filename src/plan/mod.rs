@@ -24,11 +24,12 @@ pub use budget::{
     PRESETS,
 };
 pub use sizes::{
-    buffer_bytes, kernel_scratch_bytes, layer_run_bytes, layer_trunk_bytes, layer_vector_bytes,
-    scratch_bytes, ModelSizes, RunShape, HEAD_CHUNK_BYTES, HEAD_CHUNK_SLOTS, PROCESS_BASELINE,
+    buffer_bytes, kernel_scratch_bytes, layer_piece_bytes, layer_run_bytes, layer_trunk_bytes,
+    layer_vector_bytes, scratch_bytes, ModelSizes, RunShape, HEAD_CHUNK_BYTES, HEAD_CHUNK_SLOTS,
+    PROCESS_BASELINE,
 };
 pub use tables::TablesPlan;
-pub use trunk::{choose_trunk, TrunkChoice};
+pub use trunk::{choose_trunk, choose_trunk_pieces, min_ring_bytes, TrunkChoice};
 
 use crate::error::{Error, Result};
 use crate::model::state::DecodeState;
@@ -280,7 +281,7 @@ pub fn plan_run(s: &ModelSizes, b: &Budget, available: Option<u64>) -> Result<Ru
     let b = &clamped;
     let (budget_name, budget, trunk_budget, preset_tables, cache_bytes) =
         budget::resolve(s, b, available, &mut notes)?;
-    let trunk = choose_trunk(&s.layer_runs, trunk_budget, b.ring)?;
+    let trunk = choose_trunk_pieces(&s.layer_runs, &s.pieces(), trunk_budget, b.ring)?;
     let (tables, cache_bytes) = match (budget, preset_tables) {
         (Some(m), _) => {
             let w = m - s.fixed();
@@ -332,7 +333,7 @@ pub fn plan_run(s: &ModelSizes, b: &Budget, available: Option<u64>) -> Result<Ru
     })
 }
 
-/// The smallest plan of a model (one ring slot for the largest layer, nothing pinned, model
+/// The smallest plan of a model (the smallest ring, [`ModelSizes::trunk_min`], nothing pinned, model
 /// tables streamed, top-k cache slots): what a refusal reports as the figures of the run.
 pub fn minimum_plan(s: &ModelSizes, available: Option<u64>) -> MemoryPlan {
     let tables = s.tables_plan(0, false, String::new());

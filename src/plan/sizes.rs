@@ -85,6 +85,9 @@ pub fn buffer_bytes(n: u64) -> u64 {
 pub struct ModelSizes {
     /// Run length of each bound layer (the layer buffer).
     pub layer_runs: Vec<u64>,
+    /// Bytes of each bound layer's ring pieces when it streams, in forward order
+    /// (`crate::stream::pieces`); a layer missing here or with no pieces is one piece, its run.
+    pub layer_pieces: Vec<Vec<u64>>,
     /// Widened small vectors of all bound layers (always resident).
     pub layer_vectors: u64,
     /// `embed_tokens` bytes, and `lm_head` bytes (0 when tied).
@@ -118,6 +121,8 @@ pub struct RunShape {
     pub layers: usize,
     /// Run length of each bound layer's trunk in bytes (the layer buffer).
     pub layer_runs: Vec<u64>,
+    /// Bytes of each bound layer's ring pieces (empty: whole layers), as [`ModelSizes`].
+    pub layer_pieces: Vec<Vec<u64>>,
     /// `embed_tokens` bytes, and `lm_head` bytes (0 when tied).
     pub embed: u64,
     pub lm_head: u64,
@@ -152,6 +157,7 @@ impl ModelSizes {
         let held_logits = 4 * d.v as u64 * seqs as u64;
         ModelSizes {
             layer_runs: r.layer_runs,
+            layer_pieces: r.layer_pieces,
             layer_vectors: (0..r.layers).map(|l| layer_vector_bytes(d, l)).sum(),
             embed: r.embed,
             lm_head: r.lm_head,
@@ -293,13 +299,35 @@ impl ModelSizes {
     pub fn trunk_all(&self) -> u64 {
         self.layer_runs.iter().map(|&r| buffer_bytes(r)).sum()
     }
-    /// One ring slot for the largest layer.
+    /// The smallest ring: two slots of the largest piece where they fit in one slot of the
+    /// largest layer (pieces cut from layers), else one slot of it
+    /// (`super::trunk::min_ring_bytes`).
     pub fn trunk_min(&self) -> u64 {
-        self.layer_runs
+        let piece = self
+            .pieces()
+            .iter()
+            .flatten()
+            .map(|&p| buffer_bytes(p))
+            .max()
+            .unwrap_or(0);
+        let layer = self
+            .layer_runs
             .iter()
             .map(|&r| buffer_bytes(r))
             .max()
-            .unwrap_or(0)
+            .unwrap_or(0);
+        super::trunk::min_ring_bytes(layer, piece)
+    }
+    /// Every bound layer's ring pieces in bytes (a layer without pieces: its run).
+    pub fn pieces(&self) -> Vec<Vec<u64>> {
+        self.layer_runs
+            .iter()
+            .enumerate()
+            .map(|(l, &r)| match self.layer_pieces.get(l) {
+                Some(p) if !p.is_empty() => p.clone(),
+                _ => vec![r],
+            })
+            .collect()
     }
 }
 
@@ -310,6 +338,28 @@ pub fn layer_run_bytes(cfg: &crate::config::Config, l: usize) -> u64 {
         .iter()
         .map(|t| t.nbytes().unwrap_or(0))
         .sum()
+}
+
+/// Bytes of layer `l`'s ring pieces (cut at its parts, `crate::stream::pieces`) from the
+/// catalogue, in forward order, assuming the released layout (each part's tensors adjacent
+/// in the shard: MODEL.md §4, FORMATS.md §4): what the planner assumes before the checkpoint
+/// is indexed (released layer 0: attention 887 MB, gate+up 969 MB, down 484 MB).
+pub fn layer_piece_bytes(cfg: &crate::config::Config, l: usize) -> Vec<u64> {
+    use crate::model::weights::LayerPart;
+    let prefix = crate::catalogue::layer_tensor_name(l, "");
+    let mut parts: Vec<(LayerPart, u64)> = Vec::new();
+    for t in crate::catalogue::layer_tensors(cfg, l) {
+        let part = t.name.strip_prefix(&prefix).and_then(LayerPart::of_suffix);
+        if let Some(p) = part {
+            let n = t.nbytes().unwrap_or(0);
+            match parts.iter_mut().find(|x| x.0 == p) {
+                Some(x) => x.1 += n,
+                None => parts.push((p, n)),
+            }
+        }
+    }
+    parts.sort_by_key(|x| x.0);
+    parts.into_iter().map(|x| x.1).collect()
 }
 
 /// Bytes of layer `l`'s small vectors as bound (fp32), which stay resident even when its

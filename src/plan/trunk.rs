@@ -33,25 +33,53 @@ impl TrunkChoice {
     }
 }
 
+/// The pinned set and ring of a trunk budget with whole layers as ring pieces:
+/// [`choose_trunk_pieces`] with each layer one piece.
+pub fn choose_trunk(runs: &[u64], budget: u64, ring: Option<usize>) -> Result<TrunkChoice> {
+    let pieces: Vec<Vec<u64>> = runs.iter().map(|&r| vec![r]).collect();
+    choose_trunk_pieces(runs, &pieces, budget, ring)
+}
+
 /// The pinned set and ring of a trunk budget (the fixed point of ENGINE.md §4–§5).
 ///
-/// `runs[l]` is layer l's run length; a pinned layer costs `buffer_bytes(run)`, and every ring
-/// slot must hold the largest *unpinned* layer — which depends on what is pinned, hence the
+/// `runs[l]` is layer l's run length and `pieces[l]` the bytes of its ring pieces when it
+/// streams (forward order); a pinned layer costs `buffer_bytes(run)`, and every ring slot must
+/// hold the largest piece of any *unpinned* layer — which depends on what is pinned, hence the
 /// fixed point. Among all pinned sets that fit `pinned + ring × slot ≤ budget`, the one
 /// streaming the fewest bytes per forward pass is chosen (ties: less memory). Layers of equal
-/// size are interchangeable for that count, so the search runs over how many of each size are
-/// pinned, and the pinned ones of a size are spread evenly over the walk (so streamed layers
-/// alternate with pinned ones and read-ahead has compute to hide behind).
+/// size and largest piece are interchangeable for that count, so the search runs over how many
+/// of each class are pinned, and the pinned ones of a class are spread evenly over the walk (so
+/// streamed layers alternate with pinned ones and read-ahead has compute to hide behind).
 ///
-/// `ring`: `Some(n)` forces n slots (≥ 1); `None` prefers 2 (read-ahead), else 1. When every
-/// layer fits, all are pinned and there is no ring.
+/// `ring`: `Some(n)` forces n slots (≥ 1); `None` prefers 2 (read-ahead), else 1 — but only 2
+/// when two slots of the largest piece fit in one of the largest layer (layers cut into
+/// pieces: the smallest ring is then two slots, no larger than the one whole-layer slot it
+/// replaces, [`min_ring_bytes`]). When every layer fits, all are pinned and there is no ring.
 ///
-/// Errors (exit 3): the budget cannot hold even the ring slot(s) for the largest layer; the
+/// Errors (exit 3): the budget cannot hold even the ring slot(s) for the largest piece; the
 /// message gives the minimum.
-pub fn choose_trunk(runs: &[u64], budget: u64, ring: Option<usize>) -> Result<TrunkChoice> {
+pub fn choose_trunk_pieces(
+    runs: &[u64],
+    pieces: &[Vec<u64>],
+    budget: u64,
+    ring: Option<usize>,
+) -> Result<TrunkChoice> {
     let cost: Vec<u64> = runs.iter().map(|&r| buffer_bytes(r)).collect();
+    let slot_of: Vec<u64> = (0..runs.len())
+        .map(|l| match pieces.get(l) {
+            Some(p) if !p.is_empty() => p.iter().map(|&x| buffer_bytes(x)).max().unwrap_or(0),
+            _ => cost[l],
+        })
+        .collect();
+    let read_of: Vec<u64> = (0..runs.len())
+        .map(|l| match pieces.get(l) {
+            Some(p) if !p.is_empty() => p.iter().sum(),
+            _ => runs[l],
+        })
+        .collect();
     let all: u64 = cost.iter().sum();
     let largest = cost.iter().copied().max().unwrap_or(0);
+    let largest_slot = slot_of.iter().copied().max().unwrap_or(0);
     if all <= budget {
         return Ok(TrunkChoice {
             pinned: vec![true; runs.len()],
@@ -67,17 +95,23 @@ pub fn choose_trunk(runs: &[u64], budget: u64, ring: Option<usize>) -> Result<Tr
             ),
         });
     }
-    // Size classes, largest first: (cost, run, layers ascending).
-    let mut classes: Vec<(u64, u64, Vec<usize>)> = Vec::new();
-    for (l, (&c, &r)) in cost.iter().zip(runs).enumerate() {
-        match classes.iter_mut().find(|k| k.0 == c) {
+    // Classes, largest first: (cost, bytes read when streamed, layers ascending, slot).
+    let mut classes: Vec<Class> = Vec::new();
+    for l in 0..runs.len() {
+        match classes
+            .iter_mut()
+            .find(|k| k.0 == cost[l] && k.3 == slot_of[l] && k.1 == read_of[l])
+        {
             Some(k) => k.2.push(l),
-            None => classes.push((c, r, vec![l])),
+            None => classes.push((cost[l], read_of[l], vec![l], slot_of[l])),
         }
     }
-    classes.sort_by_key(|k| std::cmp::Reverse(k.0));
+    classes.sort_by_key(|k| (std::cmp::Reverse(k.0), std::cmp::Reverse(k.3)));
     let rings: Vec<usize> = match ring {
         Some(n) => vec![n.max(1)],
+        // Two slots of pieces that fit where one whole-layer slot did: never one (the floor
+        // does not grow, and it reads ahead).
+        None if 2 * largest_slot <= largest => vec![2],
         None => vec![2, 1],
     };
     for &r in &rings {
@@ -93,8 +127,8 @@ pub fn choose_trunk(runs: &[u64], budget: u64, ring: Option<usize>) -> Result<Tr
                     let idx = ((2 * i + 1) * n) / (2 * c);
                     pinned[k.2[idx.min(n - 1)]] = true;
                 }
-                if c < n && k.0 > slot {
-                    slot = k.0;
+                if c < n && k.3 > slot {
+                    slot = k.3;
                     slot_layer = *k.2.iter().find(|&&l| !pinned[l]).unwrap_or(&k.2[0]);
                 }
             }
@@ -102,32 +136,16 @@ pub fn choose_trunk(runs: &[u64], budget: u64, ring: Option<usize>) -> Result<Tr
                 .filter(|&l| pinned[l])
                 .map(|l| cost[l])
                 .sum();
-            let n_p = pinned.iter().filter(|p| **p).count();
-            let mut reason = format!(
-                "pinned {n_p}/{} layers ({}): {}; ring {r} × {} (slots sized to the largest streamed layer, {slot_layer}); streams {} per forward pass",
-                runs.len(),
-                gb(pinned_bytes),
-                layer_list((0..runs.len()).filter(|&l| pinned[l])),
-                gb(slot),
-                gb(streamed)
+            let reason = choice_reason(
+                &cost,
+                &pinned,
+                r,
+                ring,
+                (slot, slot_layer),
+                streamed,
+                largest,
+                classes.len(),
             );
-            let big = cost.iter().position(|&c| c == largest).unwrap_or(0);
-            if pinned[big] && classes.len() > 1 {
-                reason += &format!(
-                    "; layer {big} pinned because it is the largest ({}): streaming it would make every ring slot that big",
-                    gb(largest)
-                );
-            } else if !pinned[big] && n_p > 0 {
-                reason += &format!(
-                    "; the largest layer ({big}, {}) streams: pinning it does not fit next to the ring",
-                    gb(largest)
-                );
-            }
-            if ring.is_none() && r == 1 {
-                reason += "; one slot only (two do not fit): reads are synchronous";
-            } else if r >= 2 {
-                reason += "; the next streamed layer is read while the current one computes";
-            }
             return Ok(TrunkChoice {
                 pinned,
                 ring_slots: r,
@@ -139,19 +157,76 @@ pub fn choose_trunk(runs: &[u64], budget: u64, ring: Option<usize>) -> Result<Tr
         }
     }
     let r = rings.last().copied().unwrap_or(1) as u64;
-    let (have, need) = gb_pair(budget, r * largest);
+    let (have, need) = gb_pair(budget, r * largest_slot);
     Err(Error::resources(format!(
-        "trunk budget {} is below the minimum {}: {} ring slot{} for the largest layer ({}); raise --trunk-gb or --mem-gb, or choose a larger preset",
+        "trunk budget {} is below the minimum {}: {} ring slot{} for the largest piece ({}); raise --trunk-gb or --mem-gb, or choose a larger preset",
         have,
         need,
         r,
         if r == 1 { "" } else { "s" },
-        gb(largest)
+        gb(largest_slot)
     )))
 }
 
-/// Size classes of the trunk: (buffer cost, run bytes, layers ascending), largest first.
-type Classes = [(u64, u64, Vec<usize>)];
+/// The smallest ring [`choose_trunk_pieces`] accepts without `--trunk-ring`: two slots of the
+/// largest piece when they fit in one slot of the largest layer, else one slot. `layer` and
+/// `piece` are the largest layer's and the largest piece's buffers.
+pub fn min_ring_bytes(layer: u64, piece: u64) -> u64 {
+    if 2 * piece <= layer {
+        2 * piece
+    } else {
+        piece
+    }
+}
+
+/// The report's reason of a [`TrunkChoice`]: what is pinned, the ring, what overlaps.
+#[allow(clippy::too_many_arguments)]
+fn choice_reason(
+    cost: &[u64],
+    pinned: &[bool],
+    r: usize,
+    ring: Option<usize>,
+    (slot, slot_layer): (u64, usize),
+    streamed: u64,
+    largest: u64,
+    n_classes: usize,
+) -> String {
+    let n = cost.len();
+    let n_p = pinned.iter().filter(|p| **p).count();
+    let pinned_bytes: u64 = (0..n).filter(|&l| pinned[l]).map(|l| cost[l]).sum();
+    let mut reason = format!(
+        "pinned {n_p}/{n} layers ({}): {}; ring {r} × {} (slots sized to the largest streamed piece, of layer {slot_layer}); streams {} per forward pass",
+        gb(pinned_bytes),
+        layer_list((0..n).filter(|&l| pinned[l])),
+        gb(slot),
+        gb(streamed)
+    );
+    let big = cost.iter().position(|&c| c == largest).unwrap_or(0);
+    if pinned[big] && n_classes > 1 {
+        reason += &format!(
+            "; layer {big} pinned because it is the largest ({}): streaming it would make every ring slot bigger",
+            gb(largest)
+        );
+    } else if !pinned[big] && n_p > 0 {
+        reason += &format!(
+            "; the largest layer ({big}, {}) streams: pinning it does not fit next to the ring",
+            gb(largest)
+        );
+    }
+    if ring.is_none() && r == 1 {
+        reason += "; one slot only (two do not fit): reads are synchronous";
+    } else if r >= 2 {
+        reason += "; the next streamed piece is read while the current one computes";
+    }
+    reason
+}
+
+/// A size class of the trunk: (buffer cost, bytes read when streamed, layers ascending,
+/// ring slot its largest piece needs).
+type Class = (u64, u64, Vec<usize>, u64);
+
+/// Size classes of the trunk, largest first.
+type Classes = [Class];
 
 /// The best pin counts per size class for `r` ring slots within `budget`: (bytes streamed
 /// per forward pass, memory, counts), fewest streamed bytes first, then least memory; `None`
@@ -168,7 +243,7 @@ fn best_counts(classes: &Classes, budget: u64, r: usize) -> Option<(u64, u64, Ve
             pinned += c as u64 * k.0;
             streamed += (k.2.len() - c) as u64 * k.1;
             if c < k.2.len() {
-                slot = slot.max(k.0);
+                slot = slot.max(k.3);
             }
         }
         if slot == 0 {
@@ -209,7 +284,7 @@ fn best_counts(classes: &Classes, budget: u64, r: usize) -> Option<(u64, u64, Ve
             let mut counts: Vec<usize> = classes.iter().map(|k| k.2.len()).collect();
             counts[j] = 0;
             let mut left = budget.saturating_sub(
-                r as u64 * classes[j].0
+                r as u64 * classes[j].3
                     + classes[..j]
                         .iter()
                         .map(|k| k.0 * k.2.len() as u64)

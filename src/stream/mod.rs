@@ -1,6 +1,7 @@
 //! Streaming: supplies weight bytes to the model within the memory budget (ENGINE.md §4–§5).
 //!
-//! * [`trunk`]: the pinned set and the ring of slots with read-ahead (the model's
+//! * [`trunk`]: the pinned set and the ring of slots with read-ahead of [`pieces`] (layers cut
+//!   at their parts' boundaries) (the model's
 //!   `TrunkSource`), from the shards or a packed trunk; [`tables`]: the model tables, resident or
 //!   streamed; [`pack`]: `trunk.bin` + `trunk.json` (FORMATS.md §7).
 //! * [`experts`]: the expert cache behind the model's `ExpertSource`. Binding a model for a
@@ -17,6 +18,7 @@
 pub mod expert_cache;
 pub mod experts;
 pub mod pack;
+pub mod pieces;
 pub mod policy;
 pub mod sim;
 pub mod tables;

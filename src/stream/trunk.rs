@@ -1,101 +1,152 @@
 //! The streamed trunk (ENGINE.md §4–§5): a pinned set of layers held resident and a ring of
-//! slots, each sized to the largest streamed layer, through which the other layers cycle.
+//! slots, each sized to the largest streamed piece, through which the other layers cycle in
+//! pieces ([`super::pieces`]: a layer cut at its parts' boundaries, or whole).
 //!
-//! * With two or more slots, when layer ℓ is handed to the forward pass the I/O thread is
-//!   already reading the next streamed layer (in walk order, wrapping to the next forward
+//! * With two or more slots, when piece i is handed to the forward pass the I/O thread is
+//!   already reading the next streamed piece (in walk order, wrapping to the next forward
 //!   pass) into a free slot, straight into its pre-faulted 4096-aligned buffer; with one slot
-//!   reads are synchronous.
-//! * A slot is never refilled while in use: the buffer returned by
-//!   [`TrunkSource::layer_buf`] borrows the trunk, so the next call — which may recycle that
+//!   reads are synchronous. Each read may be split into `io_depth` concurrent preads.
+//! * A slot is never refilled while in use: the part returned by
+//!   [`TrunkSource::layer_part`] borrows the trunk, so the next call — which may recycle that
 //!   slot — cannot happen while the forward pass still holds it.
 //! * A half-loaded slot is never used: a slot becomes readable only when its read returned
 //!   the whole payload; a failed read fails the forward (exit 4, naming file and offset) and
 //!   the slot goes back to the free list.
 //!
 //! The bytes come from the shards (one run per layer, or tensor by tensor when a layer's trunk
-//! is not contiguous) or from a packed `trunk.bin` (FORMATS.md §7): the layer buffer is the same
-//! either way, so the forward pass cannot tell. The model tables come through [`Tables`].
+//! is not contiguous) or from a packed `trunk.bin` (FORMATS.md §7): a piece holds the same bytes
+//! at the same offsets of the layer buffer either way, so the forward pass cannot tell. The
+//! model tables come through [`Tables`].
 
+use super::pieces::{piece_extents, TrunkPiece};
 use super::tables::{even_pad, TableStats, Tables};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::{window_capacity, AlignedBuf, Extent, IoFile, IoThreads, ReadTicket};
-use crate::model::weights::Bf16Mat;
+use crate::model::weights::{Bf16Mat, LayerPart, PartBuf};
 use crate::model::TrunkSource;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// How to fill one layer's buffer.
+/// How to fill one layer's buffer, and how it streams.
 #[derive(Debug, Clone)]
 pub struct LayerRead {
     /// Zero-based layer (for messages).
     pub layer: usize,
     /// Bytes of the layer buffer.
     pub bytes: usize,
-    /// The pieces, back to back in the buffer from byte 0; a single piece covering the buffer
-    /// (a contiguous run, or a packed run) is one widened direct read and can be read ahead.
-    pub pieces: Vec<Extent<Arc<IoFile>>>,
+    /// The file ranges, back to back in the buffer from byte 0; a single one covering the
+    /// buffer (a contiguous run, or a packed run) is one widened direct read.
+    pub extents: Vec<Extent<Arc<IoFile>>>,
+    /// The ring pieces of the layer when it streams, in forward order; empty: one piece, the
+    /// whole buffer.
+    pub pieces: Vec<TrunkPiece>,
 }
 
 impl LayerRead {
-    /// True when the buffer is one direct read (read-ahead capable).
-    pub fn is_run(&self) -> bool {
-        self.pieces.len() == 1 && self.pieces[0].len == self.bytes
-    }
-
-    /// Buffer capacity this layer needs (the widened window of its run).
+    /// Buffer capacity the whole layer needs (the widened window of its run).
     pub fn capacity(&self) -> usize {
         window_capacity(self.bytes).unwrap_or(usize::MAX)
     }
 
-    /// Reads the layer into `buf` on the calling thread; returns the payload offset (even)
-    /// and the device bytes.
+    /// Reads the whole layer into `buf` on the calling thread; returns the payload offset
+    /// (even) and the device bytes.
     fn read_into(&self, buf: &mut AlignedBuf) -> Result<(usize, u64)> {
-        if self.is_run() {
-            let p = &self.pieces[0];
-            let d = p.file.read_window(p.offset, p.len, buf)?;
-            Ok((even_pad(buf, d.pad, p.len), d.device_bytes))
+        self.piece(&TrunkPiece {
+            parts: LayerPart::ALL.to_vec(),
+            start: 0,
+            len: self.bytes as u64,
+        })
+        .read_into(buf, 1)
+    }
+
+    /// The streamed piece `p` of this layer.
+    fn piece(&self, p: &TrunkPiece) -> Piece {
+        Piece {
+            layer: self.layer,
+            parts: p.parts.clone(),
+            start: p.start as usize,
+            len: p.len as usize,
+            extents: piece_extents(&self.extents, p.start, p.len),
+        }
+    }
+}
+
+/// One streamed piece: bytes `start .. start + len` of layer `layer`'s buffer.
+#[derive(Debug)]
+struct Piece {
+    layer: usize,
+    parts: Vec<LayerPart>,
+    start: usize,
+    len: usize,
+    /// File ranges and their byte offsets inside the piece.
+    extents: Vec<(Extent<Arc<IoFile>>, usize)>,
+}
+
+impl Piece {
+    /// True when the piece is one direct read (read-ahead capable).
+    fn is_window(&self) -> bool {
+        self.extents.len() == 1 && self.extents[0].0.len == self.len
+    }
+
+    /// Buffer capacity of the piece's widened window.
+    fn capacity(&self) -> usize {
+        window_capacity(self.len).unwrap_or(usize::MAX)
+    }
+
+    /// Reads the piece into `buf` on the calling thread (`depth` concurrent preads for one
+    /// window); returns the payload offset (even) and the device bytes.
+    fn read_into(&self, buf: &mut AlignedBuf, depth: usize) -> Result<(usize, u64)> {
+        if self.is_window() {
+            let e = &self.extents[0].0;
+            let d = e.file.read_window_split(e.offset, e.len, buf, depth)?;
+            Ok((even_pad(buf, d.pad, e.len), d.device_bytes))
         } else {
             let mut dev = 0u64;
-            let mut dest = 0usize;
-            for p in &self.pieces {
-                p.file
-                    .read_uncached_at(&mut buf[dest..dest + p.len], p.offset)?;
-                dest += p.len;
-                dev += p.len as u64;
+            for (e, at) in &self.extents {
+                e.file
+                    .read_uncached_at(&mut buf[*at..*at + e.len], e.offset)?;
+                dev += e.len as u64;
             }
             Ok((0, dev))
         }
+    }
+
+    /// "trunk layer 3 piece moe", for messages.
+    fn what(&self) -> String {
+        let names: Vec<&str> = self.parts.iter().map(|p| p.name()).collect();
+        format!("trunk layer {} piece {}", self.layer, names.join("+"))
     }
 }
 
 /// Counters of the trunk report (ENGINE.md §6, FORMATS.md §10 `trunk`).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct TrunkStats {
-    /// Layer buffers handed to the forward pass.
+    /// Layer parts handed to the forward pass (one per [`LayerPart`] of each layer a forward
+    /// walks).
     pub binds: u64,
     /// Of those, served without a read made for them (pinned, or still in its slot).
     pub hits: u64,
-    /// Layer reads.
+    /// Piece reads.
     pub reads: u64,
-    /// Of those, made ahead on the I/O thread while an earlier layer computed.
+    /// Of those, made ahead on the I/O thread while an earlier piece computed.
     pub reads_ahead: u64,
-    /// Bytes transferred from the device for layers.
+    /// Bytes transferred from the device for the trunk.
     pub bytes_read: u64,
     /// Seconds the reads took (on the I/O thread for read-ahead; may overlap compute).
     pub read_seconds: f64,
-    /// Seconds the forward pass waited for layer reads.
+    /// Seconds the forward pass waited for piece reads.
     pub wait_seconds: f64,
 }
 
 enum Slot {
-    /// No layer (buffer free).
+    /// No piece (buffer free).
     Free(AlignedBuf),
-    /// A read-ahead in flight.
-    Loading { layer: usize, ticket: ReadTicket },
-    /// A complete layer at `pad`; `used` once handed to the forward pass (a later bind of the
-    /// same layer from this slot is then a hit: no read was made for it).
+    /// A read-ahead of piece `piece` in flight.
+    Loading { piece: usize, ticket: ReadTicket },
+    /// A complete piece at `pad`; `used` once handed to the forward pass (a later bind of the
+    /// same piece from this slot is then a hit: no read was made for it).
     Ready {
-        layer: usize,
+        piece: usize,
         buf: AlignedBuf,
         pad: usize,
         used: bool,
@@ -111,18 +162,31 @@ enum Entry {
         /// `u16` values of the layer.
         n: usize,
     },
-    Streamed(LayerRead),
+    /// Pieces `first .. first + count` of the walk.
+    Streamed { first: usize, count: usize },
+}
+
+/// How the ring reads (`--trunk-ring`, `--io-depth`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingConfig {
+    /// Ring slots (at least 1 when any layer streams).
+    pub slots: usize,
+    /// Concurrent preads per piece read (at least 1).
+    pub io_depth: usize,
 }
 
 /// The trunk source of a streamed run: pinned layers, the ring, and the model tables.
 pub struct StreamedTrunk {
     entries: Vec<Entry>,
+    /// Every streamed piece, in walk order.
+    pieces: Vec<Piece>,
     ring: Vec<Slot>,
     /// The slot handed out last (in use until the next call).
     current: Option<usize>,
     io: Arc<IoThreads>,
+    io_depth: usize,
     tables: Tables,
-    /// The tables' own reader: an lm_head chunk must not queue behind a layer read-ahead.
+    /// The tables' own reader: an lm_head chunk must not queue behind a piece read-ahead.
     table_io: Arc<IoThreads>,
     stats: TrunkStats,
     slot_bytes: usize,
@@ -130,8 +194,8 @@ pub struct StreamedTrunk {
 
 impl StreamedTrunk {
     /// Builds the trunk: reads every pinned layer now into its own pre-faulted buffer, and
-    /// allocates (and faults in) `ring_slots` slots of the largest streamed layer's buffer.
-    /// Layer read-ahead runs on `io`; streamed model tables read on `table_io`.
+    /// allocates (and faults in) `ring.slots` slots of the largest streamed piece's buffer.
+    /// Piece read-ahead runs on `io`; streamed model tables read on `table_io`.
     ///
     /// `loaded(done, total, bytes)` is told after each pinned layer is read (`done` of `total`
     /// pinned layers, `bytes` read so far), so a caller can show progress: at the released
@@ -142,23 +206,14 @@ impl StreamedTrunk {
     pub fn new(
         layers: Vec<LayerRead>,
         pinned: &[bool],
-        ring_slots: usize,
+        ring: RingConfig,
         tables: Tables,
         io: Arc<IoThreads>,
         table_io: Arc<IoThreads>,
         loaded: Option<fn(usize, usize, u64)>,
     ) -> Result<StreamedTrunk> {
-        let slot_bytes = layers
-            .iter()
-            .zip(pinned)
-            .filter(|(_, p)| !**p)
-            .map(|(l, _)| l.capacity())
-            .max()
-            .unwrap_or(0);
-        if slot_bytes > 0 && ring_slots == 0 {
-            return Err(Error::internal("streamed trunk layers without a ring slot"));
-        }
         let mut entries = Vec::with_capacity(layers.len());
+        let mut pieces = Vec::new();
         let n_pinned = pinned.iter().filter(|p| **p).count();
         let (mut done, mut bytes) = (0usize, 0u64);
         for (l, &p) in layers.into_iter().zip(pinned) {
@@ -182,11 +237,28 @@ impl StreamedTrunk {
                     n: l.bytes / 2,
                 });
             } else {
-                entries.push(Entry::Streamed(l));
+                let first = pieces.len();
+                if l.pieces.is_empty() {
+                    pieces.push(l.piece(&TrunkPiece {
+                        parts: LayerPart::ALL.to_vec(),
+                        start: 0,
+                        len: l.bytes as u64,
+                    }));
+                } else {
+                    pieces.extend(l.pieces.iter().map(|p| l.piece(p)));
+                }
+                entries.push(Entry::Streamed {
+                    first,
+                    count: pieces.len() - first,
+                });
             }
         }
-        let ring = if slot_bytes > 0 {
-            (0..ring_slots)
+        let slot_bytes = pieces.iter().map(Piece::capacity).max().unwrap_or(0);
+        if slot_bytes > 0 && ring.slots == 0 {
+            return Err(Error::internal("streamed trunk layers without a ring slot"));
+        }
+        let slots = if slot_bytes > 0 {
+            (0..ring.slots)
                 .map(|_| AlignedBuf::new(slot_bytes).map(Slot::Free))
                 .collect::<Result<Vec<_>>>()?
         } else {
@@ -194,9 +266,11 @@ impl StreamedTrunk {
         };
         Ok(StreamedTrunk {
             entries,
-            ring,
+            pieces,
+            ring: slots,
             current: None,
             io,
+            io_depth: ring.io_depth.max(1),
             tables,
             table_io,
             stats: TrunkStats::default(),
@@ -220,20 +294,19 @@ impl StreamedTrunk {
     pub fn layers(&self) -> usize {
         self.entries.len()
     }
-
-    /// The streamed layers after `l` in walk order (wrapping), at most `n`.
-    fn upcoming(&self, l: usize, n: usize) -> Vec<usize> {
-        let nl = self.entries.len();
-        (1..=nl)
-            .map(|k| (l + k) % nl)
-            .filter(|&x| matches!(self.entries[x], Entry::Streamed(_)))
-            .take(n)
-            .collect()
+    /// Streamed pieces per forward pass.
+    pub fn streamed_pieces(&self) -> usize {
+        self.pieces.len()
+    }
+    /// The streamed pieces after `p` in walk order (wrapping), at most `n`.
+    fn upcoming(&self, p: usize, n: usize) -> Vec<usize> {
+        let np = self.pieces.len();
+        (1..=np).map(|k| (p + k) % np).take(n).collect()
     }
 
-    fn slot_of(&self, layer: usize) -> Option<usize> {
+    fn slot_of(&self, piece: usize) -> Option<usize> {
         self.ring.iter().position(|s| match s {
-            Slot::Loading { layer: x, .. } | Slot::Ready { layer: x, .. } => *x == layer,
+            Slot::Loading { piece: x, .. } | Slot::Ready { piece: x, .. } => *x == piece,
             _ => false,
         })
     }
@@ -241,7 +314,7 @@ impl StreamedTrunk {
     /// Waits for slot `i`'s read-ahead; leaves it Ready or Free (on error, returned).
     fn settle(&mut self, i: usize) -> Result<()> {
         if let Slot::Loading { .. } = self.ring[i] {
-            let Slot::Loading { layer, ticket } = std::mem::replace(&mut self.ring[i], Slot::Gone)
+            let Slot::Loading { piece, ticket } = std::mem::replace(&mut self.ring[i], Slot::Gone)
             else {
                 unreachable!()
             };
@@ -259,13 +332,9 @@ impl StreamedTrunk {
                     self.stats.reads_ahead += 1;
                     self.stats.bytes_read += done.device_bytes;
                     self.stats.read_seconds += secs;
-                    let len = match &self.entries[layer] {
-                        Entry::Streamed(lr) => lr.bytes,
-                        Entry::Pinned { .. } => 0,
-                    };
-                    let pad = even_pad(&mut buf, done.pad, len);
+                    let pad = even_pad(&mut buf, done.pad, self.pieces[piece].len);
                     self.ring[i] = Slot::Ready {
-                        layer,
+                        piece,
                         buf,
                         pad,
                         used: false,
@@ -273,17 +342,15 @@ impl StreamedTrunk {
                 }
                 Err(e) => {
                     self.ring[i] = Slot::Free(buf);
-                    return Err(Error::new(
-                        e.kind,
-                        format!("{} (trunk layer {layer})", e.message),
-                    ));
+                    let what = self.pieces[piece].what();
+                    return Err(Error::new(e.kind, format!("{} ({what})", e.message)));
                 }
             }
         }
         Ok(())
     }
 
-    /// A slot that may be (re)filled now: free, or holding a layer not among `keep`, never
+    /// A slot that may be (re)filled now: free, or holding a piece not among `keep`, never
     /// `current`. Waits for a stale read-ahead to finish first.
     fn take_slot(&mut self, keep: &[usize]) -> Option<usize> {
         let cur = self.current;
@@ -295,8 +362,8 @@ impl StreamedTrunk {
         let i = (0..self.ring.len()).find(|&i| {
             Some(i) != cur
                 && match &self.ring[i] {
-                    Slot::Ready { layer, .. } | Slot::Loading { layer, .. } => {
-                        !keep.contains(layer)
+                    Slot::Ready { piece, .. } | Slot::Loading { piece, .. } => {
+                        !keep.contains(piece)
                     }
                     _ => false,
                 }
@@ -312,38 +379,33 @@ impl StreamedTrunk {
         matches!(self.ring[i], Slot::Free(_)).then_some(i)
     }
 
-    /// Queues read-ahead of the streamed layers after `l` into free slots (ring ≥ 2).
-    fn read_ahead(&mut self, l: usize) {
-        let want = self.upcoming(l, self.ring.len().saturating_sub(1));
+    /// Queues read-ahead of the streamed pieces after `p` into free slots (ring ≥ 2).
+    fn read_ahead(&mut self, p: usize) {
+        let want = self.upcoming(p, self.ring.len().saturating_sub(1));
         for &x in &want {
             if self.slot_of(x).is_some() {
                 continue;
             }
-            let Entry::Streamed(lr) = &self.entries[x] else {
-                continue;
-            };
-            if !lr.is_run() {
+            let pc = &self.pieces[x];
+            if !pc.is_window() {
                 continue; // read synchronously when asked
             }
-            let (file, offset, len) = (
-                Arc::clone(&lr.pieces[0].file),
-                lr.pieces[0].offset,
-                lr.pieces[0].len,
-            );
+            let e = &pc.extents[0].0;
+            let (file, offset, len) = (Arc::clone(&e.file), e.offset, e.len);
             let Some(i) = self.take_slot(&want) else {
                 return;
             };
             let Slot::Free(buf) = std::mem::replace(&mut self.ring[i], Slot::Gone) else {
                 unreachable!()
             };
-            let ticket = self.io.submit(file, offset, len, buf);
-            self.ring[i] = Slot::Loading { layer: x, ticket };
+            let ticket = self.io.submit_split(file, offset, len, buf, self.io_depth);
+            self.ring[i] = Slot::Loading { piece: x, ticket };
         }
     }
 
-    /// Makes layer `l` (streamed) Ready in some slot; returns the slot.
-    fn load(&mut self, l: usize) -> Result<usize> {
-        if let Some(i) = self.slot_of(l) {
+    /// Makes piece `p` Ready in some slot; returns the slot.
+    fn load(&mut self, p: usize) -> Result<usize> {
+        if let Some(i) = self.slot_of(p) {
             self.settle(i)?;
             if let Slot::Ready { used, .. } = &mut self.ring[i] {
                 if *used {
@@ -356,19 +418,18 @@ impl StreamedTrunk {
         // Not read ahead: read it now into a slot (the previous current one is free to reuse:
         // its borrow ended when this call began).
         self.current = None;
-        let keep = self.upcoming(l, self.ring.len().saturating_sub(1));
+        let keep = self.upcoming(p, self.ring.len().saturating_sub(1));
         let i = self
             .take_slot(&keep)
             .or_else(|| self.take_slot(&[]))
-            .ok_or_else(|| Error::internal(format!("trunk layer {l}: no ring slot available")))?;
+            .ok_or_else(|| {
+                Error::internal(format!("{}: no ring slot available", self.pieces[p].what()))
+            })?;
         let Slot::Free(mut buf) = std::mem::replace(&mut self.ring[i], Slot::Gone) else {
             unreachable!()
         };
-        let Entry::Streamed(lr) = &self.entries[l] else {
-            unreachable!()
-        };
         let t0 = Instant::now();
-        let r = lr.read_into(&mut buf);
+        let r = self.pieces[p].read_into(&mut buf, self.io_depth);
         let secs = t0.elapsed().as_secs_f64();
         self.stats.read_seconds += secs;
         self.stats.wait_seconds += secs;
@@ -377,7 +438,7 @@ impl StreamedTrunk {
                 self.stats.reads += 1;
                 self.stats.bytes_read += dev;
                 self.ring[i] = Slot::Ready {
-                    layer: l,
+                    piece: p,
                     buf,
                     pad,
                     used: true,
@@ -386,41 +447,52 @@ impl StreamedTrunk {
             }
             Err(e) => {
                 self.ring[i] = Slot::Free(buf);
-                Err(Error::new(
-                    e.kind,
-                    format!("{} (trunk layer {l})", e.message),
-                ))
+                let what = self.pieces[p].what();
+                Err(Error::new(e.kind, format!("{} ({what})", e.message)))
             }
         }
     }
 }
 
 impl TrunkSource for StreamedTrunk {
-    fn layer_buf(&mut self, l: usize) -> Result<&[u16]> {
+    fn layer_part(&mut self, l: usize, part: LayerPart) -> Result<PartBuf<'_>> {
         self.stats.binds += 1;
-        let i = match self.entries.get(l) {
+        let p = match self.entries.get(l) {
             None => return Err(Error::internal(format!("layer {l} is not bound"))),
             Some(Entry::Pinned { .. }) => {
                 self.stats.hits += 1;
                 None
             }
-            Some(Entry::Streamed(_)) => {
-                let i = self.load(l)?;
+            Some(&Entry::Streamed { first, count }) => {
+                let p = (first..first + count)
+                    .find(|&p| self.pieces[p].parts.contains(&part))
+                    .ok_or_else(|| {
+                        Error::internal(format!(
+                            "trunk layer {l}: no piece holds part {}",
+                            part.name()
+                        ))
+                    })?;
+                let i = self.load(p)?;
                 self.current = Some(i);
-                self.read_ahead(l);
-                Some(i)
+                self.read_ahead(p);
+                Some((p, i))
             }
         };
-        let (buf, pad, n) = match (i, &self.entries[l]) {
-            (None, Entry::Pinned { buf, pad, n }) => (buf, *pad, *n),
-            (Some(i), Entry::Streamed(lr)) => match &self.ring[i] {
-                Slot::Ready { buf, pad, .. } => (buf, *pad, lr.bytes / 2),
+        let (base, buf, pad, n) = match (p, &self.entries[l]) {
+            (None, Entry::Pinned { buf, pad, n }) => (0, buf, *pad, *n),
+            (Some((p, i)), Entry::Streamed { .. }) => match &self.ring[i] {
+                Slot::Ready { buf, pad, .. } => {
+                    let pc = &self.pieces[p];
+                    (pc.start / 2, buf, *pad, pc.len / 2)
+                }
                 _ => return Err(Error::internal(format!("trunk layer {l}: slot not ready"))),
             },
             _ => unreachable!(),
         };
-        buf.u16s(pad, n)
-            .ok_or_else(|| Error::internal(format!("trunk layer {l}: misaligned buffer")))
+        let data = buf
+            .u16s(pad, n)
+            .ok_or_else(|| Error::internal(format!("trunk layer {l}: misaligned buffer")))?;
+        Ok(PartBuf { base, data })
     }
 
     fn embed_row(&mut self, id: usize) -> Result<&[u16]> {
@@ -445,6 +517,7 @@ impl std::fmt::Debug for StreamedTrunk {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StreamedTrunk")
             .field("layers", &self.entries.len())
+            .field("pieces", &self.pieces.len())
             .field("ring", &self.ring.len())
             .field("slot_bytes", &self.slot_bytes)
             .field("stats", &self.stats)
@@ -455,9 +528,11 @@ impl std::fmt::Debug for StreamedTrunk {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::weights::LayerPart::{Attn, Moe};
 
-    /// `n` layers of `sizes[l]` bytes in one file, layer l filled with u16 value 1000·l + i.
-    fn file_with_layers(name: &str, sizes: &[usize]) -> (Arc<IoFile>, Vec<LayerRead>) {
+    /// Layers of `sizes[l]` bytes in one file, layer l filled with u16 value 1000·l + i; with
+    /// `cut`, two pieces each in forward order: the second half (Attn), then the first (Moe).
+    fn file_with_layers(name: &str, sizes: &[usize], cut: bool) -> (Arc<IoFile>, Vec<LayerRead>) {
         let path = std::env::temp_dir().join(format!("k3_trunk_{name}_{}", std::process::id()));
         let mut bytes = Vec::new();
         let mut offs = Vec::new();
@@ -474,25 +549,55 @@ mod tests {
         let reads = sizes
             .iter()
             .enumerate()
-            .map(|(l, &n)| LayerRead {
-                layer: l,
-                bytes: n,
-                pieces: vec![Extent {
-                    file: Arc::clone(&f),
-                    offset: offs[l],
-                    len: n,
-                }],
+            .map(|(l, &n)| {
+                let half = (n as u64 / 4) * 2;
+                LayerRead {
+                    layer: l,
+                    bytes: n,
+                    extents: vec![Extent {
+                        file: Arc::clone(&f),
+                        offset: offs[l],
+                        len: n,
+                    }],
+                    pieces: if cut {
+                        vec![
+                            TrunkPiece {
+                                parts: vec![Attn],
+                                start: half,
+                                len: n as u64 - half,
+                            },
+                            TrunkPiece {
+                                parts: vec![Moe],
+                                start: 0,
+                                len: half,
+                            },
+                        ]
+                    } else {
+                        Vec::new()
+                    },
+                }
             })
             .collect();
         (f, reads)
     }
 
-    fn trunk(name: &str, sizes: &[usize], pinned: &[bool], ring: usize) -> StreamedTrunk {
-        let (_f, reads) = file_with_layers(name, sizes);
+    fn trunk(
+        name: &str,
+        sizes: &[usize],
+        pinned: &[bool],
+        ring: usize,
+        cut: bool,
+        depth: usize,
+    ) -> StreamedTrunk {
+        let (_f, reads) = file_with_layers(name, sizes, cut);
         let io = Arc::new(IoThreads::new(1).unwrap());
         let tio = Arc::new(IoThreads::new(1).unwrap());
         let tables = Tables::resident(1, 1, vec![0], None);
-        StreamedTrunk::new(reads, pinned, ring, tables, io, tio, None).unwrap()
+        let rc = RingConfig {
+            slots: ring,
+            io_depth: depth,
+        };
+        StreamedTrunk::new(reads, pinned, rc, tables, io, tio, None).unwrap()
     }
 
     static LOADED: std::sync::Mutex<Vec<(usize, usize, u64)>> = std::sync::Mutex::new(Vec::new());
@@ -502,48 +607,68 @@ mod tests {
 
     #[test]
     fn each_pinned_layer_read_is_told_with_the_bytes_so_far() {
-        let (_f, reads) = file_with_layers("loaded", &[4096, 8192, 2048]);
+        let (_f, reads) = file_with_layers("loaded", &[4096, 8192, 2048], false);
         let io = Arc::new(IoThreads::new(1).unwrap());
         let tio = Arc::new(IoThreads::new(1).unwrap());
         let tables = Tables::resident(1, 1, vec![0], None);
         let pinned = [true, false, true];
-        StreamedTrunk::new(reads, &pinned, 1, tables, io, tio, Some(record)).unwrap();
+        let rc = RingConfig {
+            slots: 1,
+            io_depth: 1,
+        };
+        StreamedTrunk::new(reads, &pinned, rc, tables, io, tio, Some(record)).unwrap();
         assert_eq!(*LOADED.lock().unwrap(), vec![(1, 2, 4096), (2, 2, 6144)]);
     }
 
+    /// Asks for layer `l`'s parts in forward order; every element must be its own.
     fn check(t: &mut StreamedTrunk, l: usize, n: usize) {
-        let b = t.layer_buf(l).unwrap();
-        assert_eq!(b.len(), n / 2, "layer {l}");
+        let mut seen = vec![false; n / 2];
+        for part in [Attn, Moe] {
+            let b = t.layer_part(l, part).unwrap();
+            assert!(b.base + b.data.len() <= n / 2, "layer {l} {part:?}");
+            for (i, &x) in b.data.iter().enumerate() {
+                assert_eq!(
+                    x,
+                    (1000 * l + b.base + i) as u16,
+                    "layer {l} has other bytes"
+                );
+                seen[b.base + i] = true;
+            }
+        }
         assert!(
-            b.iter()
-                .enumerate()
-                .all(|(i, &x)| x == (1000 * l + i) as u16),
-            "layer {l} has another layer's bytes"
+            seen.iter().all(|&s| s),
+            "layer {l}: parts do not cover the layer"
         );
     }
 
     #[test]
     fn walk_in_order_reads_ahead_and_any_order_gets_the_right_bytes() {
-        let sizes = [4096 * 3 + 10, 2000, 7000, 50, 4096];
+        let sizes = [4096 * 3 + 10, 2000, 7000, 50, 4096 * 5];
         let pinned = [true, false, false, true, false];
-        for ring in [1, 2, 3] {
-            let mut t = trunk(&format!("walk{ring}"), &sizes, &pinned, ring);
-            for _ in 0..3 {
-                for (l, &n) in sizes.iter().enumerate() {
-                    check(&mut t, l, n);
+        for (cut, depth) in [(false, 1), (true, 1), (true, 3)] {
+            for ring in [1, 2, 3] {
+                let tag = format!("walk{ring}{cut}{depth}");
+                let mut t = trunk(&tag, &sizes, &pinned, ring, cut, depth);
+                let per = if cut { 2 } else { 1 }; // pieces per streamed layer
+                for _ in 0..3 {
+                    for (l, &n) in sizes.iter().enumerate() {
+                        check(&mut t, l, n);
+                    }
                 }
-            }
-            let s = t.stats();
-            assert_eq!(s.binds, 15);
-            assert_eq!(s.reads + s.hits, 15, "ring {ring}: {s:?}");
-            if ring == 1 {
-                assert_eq!(s.reads_ahead, 0);
-            } else {
-                assert_eq!(s.reads_ahead, s.reads - 1, "ring {ring}: {s:?}");
-            }
-            // out of order and repeated: stale read-ahead is discarded, never returned
-            for &l in &[4, 1, 1, 2, 4, 0, 2, 1, 3, 4] {
-                check(&mut t, l, sizes[l]);
+                let s = t.stats();
+                assert_eq!(s.binds, 30, "{tag}");
+                assert_eq!(s.reads + s.hits, 30, "{tag}: {s:?}");
+                let walks = if ring >= 3 * per { 1 } else { 3 }; // all in the ring: no rereads
+                assert_eq!(s.reads, (walks * 3 * per) as u64, "{tag}: {s:?}");
+                if ring == 1 {
+                    assert_eq!(s.reads_ahead, 0);
+                } else {
+                    assert_eq!(s.reads_ahead, s.reads - 1, "{tag}: {s:?}");
+                }
+                // out of order and repeated: stale read-ahead is discarded, never returned
+                for &l in &[4, 1, 1, 2, 4, 0, 2, 1, 3, 4] {
+                    check(&mut t, l, sizes[l]);
+                }
             }
         }
     }
@@ -551,20 +676,25 @@ mod tests {
     #[test]
     fn a_failed_read_fails_the_bind_and_returns_the_slot() {
         let sizes = [1000, 1000, 1000];
-        let (f, mut reads) = file_with_layers("fail", &sizes);
-        // layer 1 points past the end of the file
-        reads[1].pieces[0].offset = f.len_at_open() + 10;
-        let io = Arc::new(IoThreads::new(1).unwrap());
-        let tio = Arc::new(IoThreads::new(1).unwrap());
-        let tables = Tables::resident(1, 1, vec![0], None);
-        let mut t =
-            StreamedTrunk::new(reads, &[false, false, false], 2, tables, io, tio, None).unwrap();
-        check(&mut t, 0, 1000);
-        let e = t.layer_buf(1).unwrap_err();
-        assert_eq!(e.exit_code(), 4, "{e}");
-        assert!(e.message.contains("trunk layer 1"), "{e}");
-        // the ring still works for the other layers
-        check(&mut t, 2, 1000);
-        check(&mut t, 0, 1000);
+        for cut in [false, true] {
+            let (f, mut reads) = file_with_layers(&format!("fail{cut}"), &sizes, cut);
+            // layer 1 points past the end of the file
+            reads[1].extents[0].offset = f.len_at_open() + 10;
+            let io = Arc::new(IoThreads::new(1).unwrap());
+            let tio = Arc::new(IoThreads::new(1).unwrap());
+            let tables = Tables::resident(1, 1, vec![0], None);
+            let rc = RingConfig {
+                slots: 2,
+                io_depth: 2,
+            };
+            let mut t = StreamedTrunk::new(reads, &[false; 3], rc, tables, io, tio, None).unwrap();
+            check(&mut t, 0, 1000);
+            let e = t.layer_part(1, Attn).unwrap_err();
+            assert_eq!(e.exit_code(), 4, "{e}");
+            assert!(e.message.contains("trunk layer 1"), "{e}");
+            // the ring still works for the other layers
+            check(&mut t, 2, 1000);
+            check(&mut t, 0, 1000);
+        }
     }
 }

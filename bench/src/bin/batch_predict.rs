@@ -10,7 +10,9 @@
 
 use k3::config::Config;
 use k3::model::Dims;
-use k3::plan::{gb_to_bytes, layer_run_bytes, plan_run, Budget, ModelSizes, RunShape};
+use k3::plan::{
+    gb_to_bytes, layer_piece_bytes, layer_run_bytes, plan_run, Budget, ModelSizes, RunShape,
+};
 use k3_bench::predict::{mean_union, positions_from_trace, uniform_union};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -29,6 +31,7 @@ fn sizes(cfg: &Config, d: &Dims, sequences: usize) -> ModelSizes {
         RunShape {
             layers: d.nl,
             layer_runs: (0..d.nl).map(|l| layer_run_bytes(cfg, l)).collect(),
+            layer_pieces: (0..d.nl).map(|l| layer_piece_bytes(cfg, l)).collect(),
             embed: (d.v * d.h * 2) as u64,
             lm_head: (d.v * d.h * 2) as u64,
             positions: POSITIONS,

@@ -9,8 +9,9 @@ use crate::cli::args::Args;
 use crate::cli::tokenize::tokenizer_dir;
 use crate::error::{Error, Result};
 use crate::model::Exec;
-use crate::plan::{plan_run, ModelSizes, RunPlan, RunShape};
+use crate::plan::{gb, layer_list, plan_run, ModelSizes, RunPlan, RunShape};
 use crate::report::RunReport;
+use crate::stream::pieces::pieces_text;
 use std::path::{Path, PathBuf};
 
 /// What the plan of a run is computed from.
@@ -51,6 +52,9 @@ pub(super) fn plan_memory(c: &PlanInputs<'_>, rep: &mut RunReport) -> Result<Run
         trunk_runs,
         c.inp.layers,
     ));
+    if rp.trunk.ring_slots > 0 {
+        say(&pieces_line(c, &rp));
+    }
     rep.plan = Some(plan.clone());
     rep.budget_name = rp.budget_name.clone();
     rep.budget = rp.budget;
@@ -67,6 +71,11 @@ pub(super) fn model_sizes(c: &PlanInputs<'_>, par: usize) -> ModelSizes {
         RunShape {
             layers: inp.layers,
             layer_runs: prep.layouts.iter().map(|l| l.bytes).collect(),
+            layer_pieces: prep
+                .layouts
+                .iter()
+                .map(|l| l.trunk_pieces(req.pieces).iter().map(|p| p.len).collect())
+                .collect(),
             embed: prep.tables.embed.len,
             lm_head: prep.tables.lm_head.as_ref().map(|m| m.len).unwrap_or(0),
             positions: inp.positions,
@@ -128,4 +137,43 @@ fn tokenizer_bytes(args: &Args, model_dir: &Path) -> u64 {
     dir.and_then(|d| std::fs::metadata(d.join(crate::tokenizer::TIKTOKEN_FILE)).ok())
         .map(|m| 2 * m.len())
         .unwrap_or(0)
+}
+
+/// The plan's line of the streamed pieces (ENGINE.md §5): each streamed layer's pieces in
+/// forward order (layers with the same cut listed together), and what overlaps.
+fn pieces_line(c: &PlanInputs<'_>, rp: &RunPlan) -> String {
+    let mut groups: Vec<(Vec<usize>, String)> = Vec::new();
+    for (l, layout) in c.prep.layouts.iter().enumerate() {
+        if rp.trunk.pinned.get(l).copied().unwrap_or(true) {
+            continue;
+        }
+        let text = pieces_text(&layout.trunk_pieces(c.req.pieces));
+        match groups.iter_mut().find(|g| g.1 == text) {
+            Some(g) => g.0.push(l),
+            None => groups.push((vec![l], text)),
+        }
+    }
+    let layers: Vec<String> = groups
+        .iter()
+        .map(|(ls, t)| {
+            format!(
+                "{} {}: {t}",
+                if ls.len() == 1 { "layer" } else { "layers" },
+                layer_list(ls.iter().copied())
+            )
+        })
+        .collect();
+    let overlap = if rp.trunk.ring_slots >= 2 {
+        "piece i+1 is read while piece i computes"
+    } else {
+        "one slot: each piece is read when the forward reaches it"
+    };
+    format!(
+        "  trunk pieces ({}): {}; ring {} × {}: {overlap}; I/O depth {}",
+        c.req.pieces.name(),
+        layers.join("; "),
+        rp.trunk.ring_slots,
+        gb(rp.trunk.slot_bytes),
+        c.req.io_depth.unwrap_or(crate::run::DEFAULT_IO_DEPTH)
+    )
 }

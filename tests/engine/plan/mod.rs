@@ -7,8 +7,8 @@ mod cli;
 
 use crate::support::released::{k3_config, k3_sizes};
 use k3::plan::{
-    buffer_bytes, choose_trunk, gb_to_bytes, layer_run_bytes, plan_run, preset, Budget, ModelSizes,
-    PRESETS,
+    buffer_bytes, choose_trunk, choose_trunk_pieces, gb_to_bytes, layer_run_bytes, plan_run,
+    preset, Budget, ModelSizes, PRESETS,
 };
 
 const GB: f64 = 1e9;
@@ -46,9 +46,11 @@ fn released_model_plans_within_8_gb_at_ultra() {
             p.memory.total
         );
         p.memory.check().unwrap();
-        // 2.5 GB of trunk: one slot for layer 0 (the only thing that fits), nothing pinned
-        assert_eq!(p.trunk.ring_slots, 1);
-        assert_eq!(p.trunk.slot_bytes, buffer_bytes(2_341_213_184));
+        // 2.5 GB of trunk: two slots of layer 0's gate+up piece (0.97 GB, the largest piece),
+        // so every piece is read while the one before computes; nothing pinned
+        assert_eq!(p.trunk.ring_slots, 2);
+        assert_eq!(s.layer_pieces[0][1], 968_884_224);
+        assert_eq!(p.trunk.slot_bytes, buffer_bytes(968_884_224));
         assert_eq!(p.trunk.n_pinned(), 0);
         // 0.31 GB of cache = 17 experts ≥ top-16
         assert_eq!(p.cache_slots, 17);
@@ -95,11 +97,12 @@ fn presets_keep_their_split_and_pin_layer_0_when_it_pays() {
         assert_eq!(p.cache_slots, want_slots.min(92 * 896), "{}", pr.name);
         assert_eq!(p.tables.streamed(), pr.name == "ultra", "{}", pr.name);
     }
-    // desktop: 16 GB of trunk. Layer 0 pinned (else every slot is 2.34 GB); ring 2 × 1.27 GB.
+    // desktop: 16 GB of trunk. Layer 0 pinned (else every slot holds its 0.97 GB gate+up
+    // piece); ring 2 × 0.89 GB (a KDA attention piece).
     let p = plan_run(&s, &preset_budget("desktop"), None).unwrap();
     assert!(p.trunk.pinned[0], "{}", p.trunk.reason);
     assert_eq!(p.trunk.ring_slots, 2);
-    assert_eq!(p.trunk.slot_bytes, buffer_bytes(1_267_744_256));
+    assert_eq!(p.trunk.slot_bytes, buffer_bytes(887_800_832));
     assert!(
         p.trunk.reason.contains("layer 0 pinned"),
         "{}",
@@ -112,9 +115,14 @@ fn presets_keep_their_split_and_pin_layer_0_when_it_pays() {
         assert_eq!(p.trunk.ring_slots, 0, "{name}");
         assert_eq!(p.trunk.streamed_bytes, 0, "{name}");
     }
-    // laptop: 3 GB holds neither two slots of layer 0 nor layer 0 pinned plus one slot
+    // laptop: 3 GB holds two slots of layer 0's largest piece and one MLA layer pinned
     let p = plan_run(&s, &preset_budget("laptop"), None).unwrap();
-    assert_eq!((p.trunk.ring_slots, p.trunk.n_pinned()), (1, 0));
+    assert_eq!(
+        (p.trunk.ring_slots, p.trunk.n_pinned()),
+        (2, 1),
+        "{}",
+        p.trunk.reason
+    );
 }
 
 #[test]
@@ -123,7 +131,7 @@ fn below_the_minimum_is_refused_with_exit_3_and_the_shortfall() {
     let e = plan_run(
         &s,
         &Budget {
-            mem: Some(3_000_000_000),
+            mem: Some(2_200_000_000),
             ..Budget::default()
         },
         None,
@@ -134,12 +142,12 @@ fn below_the_minimum_is_refused_with_exit_3_and_the_shortfall() {
         e.message.contains("below the minimum") && e.message.contains("short by"),
         "{e}"
     );
-    // a trunk budget below one slot of layer 0
+    // a trunk budget below one slot of the largest piece (layer 0's gate+up, 0.97 GB)
     let e = plan_run(
         &s,
         &Budget {
             preset: preset("desktop"),
-            trunk: Some(2_000_000_000),
+            trunk: Some(900_000_000),
             ..Budget::default()
         },
         None,
@@ -294,7 +302,7 @@ fn mem_plan(s: &ModelSizes, mem: u64, trunk: u64, cache: Option<u64>) -> k3::pla
 fn budget_goes_to_lm_head_rows_then_expert_cache_then_embedding() {
     let s = k3_sizes(4096);
     // a trunk budget the pinned set and ring fill exactly
-    let trunk = choose_trunk(&s.layer_runs, 10_000_000_000, None)
+    let trunk = choose_trunk_pieces(&s.layer_runs, &s.pieces(), 10_000_000_000, None)
         .unwrap()
         .bytes();
     let used = trunk;
@@ -399,7 +407,7 @@ fn a_tied_table_is_resident_or_streamed_with_a_resident_prefix() {
     assert!(s.tied());
     let v = s.vocab;
     // a trunk budget the pinned set and ring fill exactly
-    let trunk = choose_trunk(&s.layer_runs, 10_000_000_000, None)
+    let trunk = choose_trunk_pieces(&s.layer_runs, &s.pieces(), 10_000_000_000, None)
         .unwrap()
         .bytes();
     let used = trunk;
@@ -473,7 +481,7 @@ fn a_budget_in_decimal_gb_is_its_exact_byte_count_and_an_exact_fit_fits() {
         n = n * 3 + 1;
     }
     let s = k3_sizes(4096);
-    let trunk = choose_trunk(&s.layer_runs, 10_000_000_000, None)
+    let trunk = choose_trunk_pieces(&s.layer_runs, &s.pieces(), 10_000_000_000, None)
         .unwrap()
         .bytes();
     let full = s.fixed() + trunk + s.cache_min() + s.tables_bytes(s.vocab, false);

@@ -346,6 +346,8 @@ fn short_expert_read_fails_the_forward_and_publishes_nothing() {
         packed: None,
         expert_io_threads: 2,
         loaded: None,
+        pieces: k3::stream::pieces::PieceMode::Part,
+        io_depth: 1,
     };
     let mut b = bind(&index, &cfg, &prep, &conf).unwrap();
     // layer 1's experts are the first bytes of shard 2's data section: cut them off

@@ -15,6 +15,8 @@ use stream_support::*;
 /// Layer buffer costs (pinned or slot) and the expert-slot stride of a checkpoint.
 struct Geometry {
     layers: Vec<u64>,
+    /// A ring slot: the largest streamed piece's buffer (layers cut at their parts).
+    slot: u64,
     stride: u64,
     top_k: usize,
     experts: usize,
@@ -152,6 +154,13 @@ fn geometry(model: &Path) -> Geometry {
     let d = k3::model::Dims::from_config(&cfg);
     Geometry {
         layers: prep.layouts.iter().map(|l| buffer_bytes(l.bytes)).collect(),
+        slot: prep
+            .layouts
+            .iter()
+            .flat_map(|l| l.trunk_pieces(k3::stream::pieces::PieceMode::Part))
+            .map(|p| buffer_bytes(p.len))
+            .max()
+            .unwrap(),
         stride: buffer_bytes(k3::model::expert_bytes(&d)),
         top_k: d.kt,
         experts: (d.nl - d.first_dense) * d.e,
@@ -163,13 +172,7 @@ fn matrix(model: &Path, tag: &str, ids: &str, gen: usize, presets: bool) {
     let g = geometry(model);
     let gen_s = gen.to_string();
     let base_args = ["--ids", ids, "--gen", &gen_s];
-    let go = |name: &str, extra: &[&str]| {
-        let mut a: Vec<&str> = base_args.to_vec();
-        a.extend_from_slice(extra);
-        let r = run(model, &format!("{tag}_{name}"), &a);
-        check_ok(&r, &format!("{tag} {name} {extra:?}"));
-        r
-    };
+    let go = |name: &str, extra: &[&str]| checked_run(model, tag, &base_args, name, extra);
     let base = go("base", &[]);
     assert_eq!(
         base.u64(&["trunk", "pinned_layers"]) as usize,
@@ -183,7 +186,7 @@ fn matrix(model: &Path, tag: &str, ids: &str, gen: usize, presets: bool) {
     };
     let largest = *g.layers.iter().max().unwrap();
     let total: u64 = g.layers.iter().sum();
-    let small_ring = gb_arg(2 * largest);
+    let small_ring = gb_arg(2 * g.slot);
 
     // Trunk streamed from the shards, nothing pinned, ring 2 (read-ahead).
     let r = go("shards", &["--trunk-gb", &small_ring]);
@@ -192,21 +195,14 @@ fn matrix(model: &Path, tag: &str, ids: &str, gen: usize, presets: bool) {
     assert_eq!(r.u64(&["trunk", "ring_slots"]), 2);
     assert!(r.u64(&["trunk", "bytes_read"]) > 0);
     assert_eq!(r.json()["trunk"]["packed"], false);
-    // every bind of a streamed layer paid a read, and all but the first were read ahead
+    // every bind of a streamed piece paid a read, and all but the first were read ahead
     let binds = r.u64(&["trunk", "binds"]);
     assert_eq!(r.u64(&["trunk", "reads"]), binds);
     assert_eq!(r.u64(&["trunk", "reads_ahead"]), binds - 1);
     assert_eq!(r.u64(&["trunk", "hits"]), 0);
 
     // The same from a packed trunk.
-    let packed = scratch_dir(&format!("stream_packed_{tag}"));
-    let p = run_k3([
-        "pack-trunk",
-        model.to_str().unwrap(),
-        packed.to_str().unwrap(),
-        "--quiet",
-    ]);
-    assert!(p.status.success(), "{}", String::from_utf8_lossy(&p.stderr));
+    let packed = packed_trunk(model, &format!("stream_packed_{tag}"));
     let r = go(
         "packed",
         &[

@@ -114,7 +114,7 @@ fn a_layer_that_is_not_one_run_is_refused_and_streams_tensor_by_tensor() {
         "--gen",
         "4",
         "--trunk-gb",
-        "0.0005",
+        "0.0003",
     ];
     let a = run(&fixture("tiny-k3"), "pack_gap_ref", &args);
     let b = run(&dir, "pack_gap_run", &args);

@@ -4,7 +4,9 @@
 use k3::config::Config;
 use k3::model::state::DecodeState;
 use k3::model::Dims;
-use k3::plan::{buffer_bytes, layer_run_bytes, layer_vector_bytes, scratch_bytes, ModelSizes};
+use k3::plan::{
+    buffer_bytes, layer_piece_bytes, layer_run_bytes, layer_vector_bytes, scratch_bytes, ModelSizes,
+};
 use std::path::PathBuf;
 
 /// The released config (tests/fixtures/configs/k3-released-reserialised.json).
@@ -23,6 +25,7 @@ pub fn k3_sizes(positions: usize) -> ModelSizes {
     let expert = k3::model::expert_bytes(&d);
     ModelSizes {
         layer_runs: (0..d.nl).map(|l| layer_run_bytes(&cfg, l)).collect(),
+        layer_pieces: (0..d.nl).map(|l| layer_piece_bytes(&cfg, l)).collect(),
         layer_vectors: (0..d.nl).map(|l| layer_vector_bytes(&d, l)).sum(),
         embed: (d.v * d.h * 2) as u64,
         lm_head: (d.v * d.h * 2) as u64,

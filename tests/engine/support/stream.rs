@@ -112,6 +112,29 @@ pub fn run(model: &Path, tag: &str, args: &[&str]) -> Run {
     }
 }
 
+/// `k3 <model> <base> <extra>` as [`run`] names it `{tag}_{name}`, checked with [`check_ok`].
+pub fn checked_run(model: &Path, tag: &str, base: &[&str], name: &str, extra: &[&str]) -> Run {
+    let mut a: Vec<&str> = base.to_vec();
+    a.extend_from_slice(extra);
+    let r = run(model, &format!("{tag}_{name}"), &a);
+    check_ok(&r, &format!("{tag} {name} {extra:?}"));
+    r
+}
+
+/// `k3 pack-trunk <model> <scratch dir named name> --quiet`, which must succeed; the packed
+/// trunk's directory.
+pub fn packed_trunk(model: &Path, name: &str) -> PathBuf {
+    let packed = scratch_dir(name);
+    let p = run_k3([
+        "pack-trunk",
+        model.to_str().unwrap(),
+        packed.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert!(p.status.success(), "{}", String::from_utf8_lossy(&p.stderr));
+    packed
+}
+
 /// A budget flag value for exactly `bytes` bytes (decimal GB with enough digits; one byte
 /// of margin against rounding down).
 pub fn gb_arg(bytes: u64) -> String {

@@ -394,7 +394,7 @@ fn budget_refusals_never_read_as_equal_or_zero() {
         ["--mem-gb", "0.024"],
         ["--cache-gb", "0.0000245"],
         ["--cache-gb", "0.00002457"],
-        ["--trunk-gb", "0.000045"],
+        ["--trunk-gb", "0.0000286"],
     ] {
         let o = run_k3([
             text.to_str().unwrap(),
