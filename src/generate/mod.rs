@@ -8,5 +8,6 @@ pub mod batch_input;
 pub mod logprob;
 pub mod sample;
 pub mod session;
+pub mod spec;
 pub mod state_file;
 pub mod stop;
