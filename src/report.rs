@@ -375,6 +375,18 @@ impl RunReport {
             gb(self.bytes_per_token()),
             self.stop_reason
         );
+        if let Some(p) = &self.speculation {
+            s += &format!(
+                "speculation: --spec {}, {} of {} accepted ({}), {:.2} ids per sweep over {}, verify {:.3} s\n",
+                p.max_draft,
+                p.accepted,
+                count(p.drafted, "drafted id", "drafted ids"),
+                percent(p.acceptance_rate()),
+                p.ids_per_sweep(),
+                count(p.sweeps, "sweep", "sweeps"),
+                p.verify_seconds
+            );
+        }
         s += &format!(
             "expert cache: true resident hit rate {} ({} of {} found their expert already in memory, not read for them), {} served by a read of the same batch, {}, {}, {} read in {:.3} s ({}/s)\n",
             percent(c.true_resident_hit_rate()),
