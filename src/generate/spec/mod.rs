@@ -164,3 +164,25 @@ impl SeqSpec {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::AdaptiveLen;
+
+    #[test]
+    fn adaptive_length_shortens_after_rejections_and_lengthens_after_full_acceptance() {
+        let mut a = AdaptiveLen::default();
+        assert_eq!(a.get(8), 8);
+        a.update(8, 8, 2);
+        assert_eq!(a.get(8), 3);
+        a.update(8, 3, 0);
+        assert_eq!(a.get(8), 1);
+        a.update(8, 1, 1);
+        assert_eq!(a.get(8), 2);
+        a.update(8, 2, 2);
+        a.update(8, 4, 4);
+        a.update(8, 8, 8);
+        assert_eq!(a.get(8), 8);
+        assert_eq!(a.get(5), 5);
+    }
+}
