@@ -57,7 +57,9 @@ impl Sequence {
         if self.spec.save.restore(&mut self.state) {
             Ok(())
         } else {
-            Err(Error::internal("speculation: a rollback without a saved state"))
+            Err(Error::internal(
+                "speculation: a rollback without a saved state",
+            ))
         }
     }
 }
@@ -229,9 +231,7 @@ impl<T: TrunkSource, E: ExpertSource> Session<'_, T, E> {
             st.accepted += accepted as u64;
             st.verify_seconds += f.seconds;
             if s.stop.is_none() {
-                s.spec
-                    .len
-                    .update(self.spec.max_draft, r.drafted, accepted);
+                s.spec.len.update(self.spec.max_draft, r.drafted, accepted);
             }
         }
         Ok(settle)

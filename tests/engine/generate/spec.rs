@@ -104,7 +104,10 @@ fn every_k_gives_the_ids_and_hashes_of_plain_decoding() {
             // accepted, then rejected where the repetition ends
             let force = format!("{p},{p}");
             let reps = same_for_every_k(&a, Some(&force), &format!("rep-{si}"));
-            assert!(accepted(&reps) > 0, "no draft accepted on a repeating reply");
+            assert!(
+                accepted(&reps) > 0,
+                "no draft accepted on a repeating reply"
+            );
             for r in &reps {
                 let sp = &r["speculation"];
                 assert!(sp["drafted"].as_u64() >= sp["accepted"].as_u64());
@@ -150,7 +153,10 @@ fn a_repeating_prompt_shows_accepted_drafts_and_shared_sweeps() {
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("(sweep 1: 5 ids)"), "{err}");
-    assert!(err.contains("same sweep") && err.contains("speculation: --spec 4"), "{err}");
+    assert!(
+        err.contains("same sweep") && err.contains("speculation: --spec 4"),
+        "{err}"
+    );
 }
 
 /// tiny-k3's prompt with its 7th id the config's eos_token_id (510): a draft proposes it.
@@ -167,7 +173,12 @@ fn stop_cases() -> Vec<(&'static str, Vec<String>, String, &'static str)> {
         (P, own(&["--stop-id", "246"]), rep.clone(), "stop_id"),
         (P_EOS, own(&[]), P_EOS.to_string(), "end_of_turn"),
         (P, own(&["--gen", "17"]), rep.clone(), "length"),
-        (P, vec!["--ctx".into(), (plen + 17).to_string()], rep, "context"),
+        (
+            P,
+            vec!["--ctx".into(), (plen + 17).to_string()],
+            rep,
+            "context",
+        ),
     ]
 }
 
@@ -188,7 +199,15 @@ fn every_stop_rule_inside_an_accepted_draft_gives_plain_results() {
     let mt = model("tiny-k3-text");
     let force = format!("{P_TEXT},{P_TEXT}");
     for (si, s) in settings().iter().enumerate() {
-        let mut a = vec![mt.as_str(), "--ids", P_TEXT, "--gen", "40", "--stop", "sat on the"];
+        let mut a = vec![
+            mt.as_str(),
+            "--ids",
+            P_TEXT,
+            "--gen",
+            "40",
+            "--stop",
+            "sat on the",
+        ];
         a.extend(s.iter().map(|x| x.as_str()));
         let reps = same_for_every_k(&a, Some(&force), &format!("stoptext-{si}"));
         assert_eq!(reps[0]["stop_reason"], "stop_text");
@@ -201,7 +220,6 @@ fn every_stop_rule_inside_an_accepted_draft_gives_plain_results() {
     }
 }
 
-
 #[test]
 fn a_rejected_row_leaves_no_trace_in_the_saved_state_and_its_continuation() {
     let m = model("tiny-k3");
@@ -210,7 +228,10 @@ fn a_rejected_row_leaves_no_trace_in_the_saved_state_and_its_continuation() {
     for (si, s) in settings().iter().enumerate() {
         // the reply repeats the prompt for 17 ids, then the model chooses: the draft
         // proposing the prompt's 6th id onwards is rejected at the 18th
-        let force = format!("{P},{}", &P.split(',').take(5).collect::<Vec<_>>().join(","));
+        let force = format!(
+            "{P},{}",
+            &P.split(',').take(5).collect::<Vec<_>>().join(",")
+        );
         for k in ["0", "3", "8"] {
             let st = state_path(&format!("{si}-{k}"));
             let st_s = st.to_str().unwrap();
@@ -226,18 +247,43 @@ fn a_rejected_row_leaves_no_trace_in_the_saved_state_and_its_continuation() {
         let want = std::fs::read(state_path(&format!("{si}-0"))).unwrap();
         for k in ["3", "8"] {
             let got = std::fs::read(state_path(&format!("{si}-{k}"))).unwrap();
-            assert!(got == want, "state after --spec {k} differs (settings {si})");
+            assert!(
+                got == want,
+                "state after --spec {k} differs (settings {si})"
+            );
         }
         // the continuation, with or without speculation, from either state is the same
         let st0 = state_path(&format!("{si}-0"));
-        let a = [m.as_str(), "--load-state", st0.to_str().unwrap(), "--gen", "12"];
+        let a = [
+            m.as_str(),
+            "--load-state",
+            st0.to_str().unwrap(),
+            "--gen",
+            "12",
+        ];
         let reps = same_for_every_k(&a, None, &format!("resume-{si}"));
         let st8 = state_path(&format!("{si}-8"));
-        let b = [m.as_str(), "--load-state", st8.to_str().unwrap(), "--gen", "12", "--spec", "2"];
+        let b = [
+            m.as_str(),
+            "--load-state",
+            st8.to_str().unwrap(),
+            "--gen",
+            "12",
+            "--spec",
+            "2",
+        ];
         let (_, r8) = run(&b, None, &format!("resume8-{si}"));
         assert_eq!(outcome(&r8), outcome(&reps[0]));
         // and with new input ids appended, drafted from the repetition
-        let c = [m.as_str(), "--load-state", st8.to_str().unwrap(), "--ids", P, "--gen", "12"];
+        let c = [
+            m.as_str(),
+            "--load-state",
+            st8.to_str().unwrap(),
+            "--ids",
+            P,
+            "--gen",
+            "12",
+        ];
         same_for_every_k(&c, Some(P), &format!("resume-input-{si}"));
     }
 }
