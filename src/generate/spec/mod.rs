@@ -18,7 +18,7 @@ pub use draft::PromptLookup;
 /// A source of drafted ids: given a sequence's ids (prompt then generated, the last one chosen
 /// but not yet run), proposes up to `max` ids that may follow. Verification never trusts a
 /// draft, so any source is exact; a better one only keeps more rows.
-pub trait DraftSource: Send {
+pub trait DraftSource: Send + Sync {
     /// Appends at most `max` drafted ids (each < V) after `ids` to `out` (empty on entry).
     fn draft(&mut self, ids: &[u32], max: usize, out: &mut Vec<u32>);
 }
