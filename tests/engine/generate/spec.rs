@@ -130,7 +130,10 @@ fn a_repeating_prompt_shows_accepted_drafts_and_shared_sweeps() {
     // the plan counts the sweep's rows and the KDA copy
     let rss = rep["memory"]["peak_rss_bytes"].as_u64().unwrap();
     let plan = rep["memory"]["plan"]["total"].as_u64().unwrap();
-    assert!(rss <= plan + (4 << 20), "peak RSS {rss} over the plan {plan} + 4 MiB");
+    assert!(
+        rss <= plan + (4 << 20),
+        "peak RSS {rss} over the plan {plan} + 4 MiB"
+    );
     assert!(sp["acceptance_rate"].as_f64().unwrap() > 0.5, "{sp}");
     assert!(sp["ids_per_sweep"].as_f64().unwrap() > 2.0, "{sp}");
     // ids of one sweep share its index; its time and counters are on its first id
