@@ -630,17 +630,6 @@ fn parse_forced(s: &str, v: usize) -> Result<Vec<u32>> {
         .collect()
 }
 
-/// The counters of two forwards together.
-fn sum(a: ExpertStats, b: ExpertStats) -> ExpertStats {
-    ExpertStats {
-        requests: a.requests + b.requests,
-        resident_hits: a.resident_hits + b.resident_hits,
-        reads: a.reads + b.reads,
-        bytes_read: a.bytes_read + b.bytes_read,
-        read_seconds: a.read_seconds + b.read_seconds,
-    }
-}
-
 fn diff(a: ExpertStats, b: ExpertStats) -> ExpertStats {
     ExpertStats {
         requests: a.requests - b.requests,

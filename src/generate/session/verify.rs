@@ -19,7 +19,7 @@
 use super::{Sequence, Session, StepEvent, StepFigures};
 use crate::error::{Error, Result};
 use crate::generate::spec::SpecStats;
-use crate::model::experts::ExpertSource;
+use crate::model::experts::{ExpertSource, ExpertStats};
 use crate::model::{LogitRows, Segment, TrunkSource};
 use std::time::Instant;
 
@@ -151,7 +151,7 @@ impl<T: TrunkSource, E: ExpertSource> Session<'_, T, E> {
         }
         Ok(StepFigures {
             seconds: f.seconds + f2.seconds,
-            experts: super::sum(f.experts, f2.experts),
+            experts: sum(f.experts, f2.experts),
             dense_bytes: f.dense_bytes + f2.dense_bytes,
         })
     }
@@ -235,5 +235,16 @@ impl<T: TrunkSource, E: ExpertSource> Session<'_, T, E> {
             }
         }
         Ok(settle)
+    }
+}
+
+/// The counters of two forwards together.
+fn sum(a: ExpertStats, b: ExpertStats) -> ExpertStats {
+    ExpertStats {
+        requests: a.requests + b.requests,
+        resident_hits: a.resident_hits + b.resident_hits,
+        reads: a.reads + b.reads,
+        bytes_read: a.bytes_read + b.bytes_read,
+        read_seconds: a.read_seconds + b.read_seconds,
     }
 }
