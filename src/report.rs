@@ -85,6 +85,48 @@ pub struct StepReport {
     pub experts: ExpertStats,
     /// Trunk and model-table bytes read during that forward.
     pub dense_bytes_read: u64,
+    /// Index of that forward (0 = the prefill); several ids share one under speculation.
+    pub sweep: u64,
+    /// Ids that forward produced (1 without speculation; the step line shows it under it).
+    pub sweep_ids: u64,
+}
+
+/// The report's `speculation` object (FORMATS.md §10) of a `--spec K` run.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SpecReport {
+    /// `--spec K`.
+    pub max_draft: u64,
+    /// Forwards the generated ids were chosen from (the prefill included).
+    pub sweeps: u64,
+    /// Forwards that verified drafted ids.
+    pub verify_sweeps: u64,
+    /// Drafted ids run as rows.
+    pub drafted: u64,
+    /// Drafted ids the model chose too.
+    pub accepted: u64,
+    /// Ids generated.
+    pub tokens: u64,
+    /// Seconds of the verifying forwards (and of the recomputes after a stop in a draft).
+    pub verify_seconds: f64,
+}
+
+impl SpecReport {
+    /// accepted ÷ drafted (0 without drafts).
+    pub fn acceptance_rate(&self) -> f64 {
+        if self.drafted == 0 {
+            0.0
+        } else {
+            self.accepted as f64 / self.drafted as f64
+        }
+    }
+    /// Ids generated ÷ sweeps (1 without accepted drafts; 0 without ids).
+    pub fn ids_per_sweep(&self) -> f64 {
+        if self.sweeps == 0 {
+            0.0
+        } else {
+            self.tokens as f64 / self.sweeps as f64
+        }
+    }
 }
 
 /// Timings in seconds (FORMATS.md §10 `timing`).
@@ -117,6 +159,8 @@ pub struct RunReport {
     pub state: Option<StateReport>,
     /// The `--batch` totals (FORMATS.md §10 `batch`); None for one sequence.
     pub batch: Option<BatchReport>,
+    /// The `--spec K` counters (FORMATS.md §10 `speculation`); None without speculation.
+    pub speculation: Option<SpecReport>,
     /// The sampler settings (FORMATS.md §10 `sampling`; ENGINE.md §8).
     pub sampling: SamplingReport,
     pub model_dir: String,
@@ -275,7 +319,7 @@ impl RunReport {
         } else {
             0.0
         };
-        format!(
+        let line = format!(
             "step {:>4}: token {:>7}  {:>8.4} s  experts resident {} / read {}  {} read  {:.2} tokens/s",
             i + 1,
             s.token_id,
@@ -284,7 +328,19 @@ impl RunReport {
             s.experts.reads,
             gb(s.experts.bytes_read + s.dense_bytes_read),
             rate
-        )
+        );
+        // under speculation: which sweep, and on its first id how many ids it produced
+        match self.speculation {
+            Some(_) if i > 0 && self.steps[i - 1].sweep == s.sweep => {
+                format!("{line}  (sweep {}, same sweep)", s.sweep)
+            }
+            Some(_) => format!(
+                "{line}  (sweep {}: {})",
+                s.sweep,
+                crate::units::count(s.sweep_ids, "id", "ids")
+            ),
+            None => line,
+        }
     }
 
     /// Bytes read per generated token: every expert, trunk and model-table byte read during
@@ -319,6 +375,18 @@ impl RunReport {
             gb(self.bytes_per_token()),
             self.stop_reason
         );
+        if let Some(p) = &self.speculation {
+            s += &format!(
+                "speculation: --spec {}, {} of {} accepted ({}), {:.2} ids per sweep over {}, verify {:.3} s\n",
+                p.max_draft,
+                p.accepted,
+                count(p.drafted, "drafted id", "drafted ids"),
+                percent(p.acceptance_rate()),
+                p.ids_per_sweep(),
+                count(p.sweeps, "sweep", "sweeps"),
+                p.verify_seconds
+            );
+        }
         s += &format!(
             "expert cache: true resident hit rate {} ({} of {} found their expert already in memory, not read for them), {} served by a read of the same batch, {}, {}, {} read in {:.3} s ({}/s)\n",
             percent(c.true_resident_hit_rate()),

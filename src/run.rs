@@ -20,7 +20,7 @@ use crate::io::IoFile;
 use crate::model::experts::ExpertSource;
 use crate::model::{Exec, Model};
 use crate::plan::RunPlan;
-use crate::report::{RunReport, StepReport, TrunkReport};
+use crate::report::{RunReport, SpecReport, StepReport, TrunkReport};
 use crate::stream::experts::CachedExperts;
 use crate::stream::pack::PackedTrunk;
 use crate::stream::pieces::PieceMode;
@@ -204,6 +204,16 @@ pub fn decode(
         rep.timing.prefill_seconds = seq.figures().seconds;
         rep.layers_completed = sess.model.layers.len();
         out.prefilled(prefilled, sess.chunk, rep.timing.prefill_seconds);
+        // Under speculation a sweep's ids are told once it is over, so that the step line
+        // can say how many ids the sweep produced.
+        let spec = sess.spec.max_draft > 0 && !sess.full_recompute;
+        let mut told: Vec<(usize, u32, String)> = Vec::new();
+        if spec {
+            rep.speculation = Some(SpecReport {
+                max_draft: sess.spec.max_draft as u64,
+                ..SpecReport::default()
+            });
+        }
         while seq.active() {
             let f = sess.step(&mut [&mut seq], &mut |ev| match ev {
                 StepEvent::Chosen(_, c) => {
@@ -214,12 +224,29 @@ pub fn decode(
                         logits_fnv1a64: c.logits_fnv1a64,
                         experts: c.figures.experts,
                         dense_bytes_read: c.figures.dense_bytes,
+                        sweep: c.sweep,
+                        sweep_ids: 1,
                     });
-                    out.token(rep, c.step, c.id, &c.text)
+                    if spec {
+                        told.push((c.step, c.id, c.text.clone()));
+                        Ok(())
+                    } else {
+                        out.token(rep, c.step, c.id, &c.text)
+                    }
                 }
                 StepEvent::Logits(_, row) => out.logits(row),
             })?;
             rep.timing.decode_seconds += f.seconds;
+            tell_sweep(rep, out, &mut told)?;
+        }
+        if let Some(p) = rep.speculation.as_mut() {
+            let st = seq.spec_stats();
+            p.sweeps = rep.steps.last().map_or(0, |s| s.sweep + 1);
+            p.verify_sweeps = st.verify_sweeps;
+            p.drafted = st.drafted;
+            p.accepted = st.accepted;
+            p.tokens = rep.generated_ids.len() as u64;
+            p.verify_seconds = st.verify_seconds;
         }
         out.text(&seq.finish_text())?;
         rep.stop_reason = seq
@@ -239,4 +266,24 @@ pub fn decode(
     rep.tables = sess.trunk.table_stats();
     rep.trunk.direct_io = crate::io::file::buffered_fallback_count() == 0;
     res
+}
+
+/// Tells `out` the ids a speculative step chose (`told`, drained), each step report first
+/// given the number of ids of its sweep.
+fn tell_sweep(
+    rep: &mut RunReport,
+    out: &mut dyn RunOutput,
+    told: &mut Vec<(usize, u32, String)>,
+) -> Result<()> {
+    // a sweep's ids are all chosen in one step (the prefill's one id with the first sweep's)
+    let n = rep.steps.len();
+    let new = &mut rep.steps[n - told.len()..];
+    for i in 0..new.len() {
+        let sweep = new[i].sweep;
+        new[i].sweep_ids = new.iter().filter(|s| s.sweep == sweep).count() as u64;
+    }
+    for (step, id, text) in told.drain(..) {
+        out.token(rep, step, id, &text)?;
+    }
+    Ok(())
 }

@@ -64,6 +64,7 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec::Value("ctx"),
     Spec::Value("batch"),
     Spec::Value("parallel"),
+    Spec::Value("spec"),
     Spec::Value("threads"),
     Spec::Value("isa"),
     Spec::Value("layers"),
@@ -77,6 +78,10 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec::Switch("verbose"),
     Spec::Switch("help"),
 ];
+
+/// The largest `--spec K`: a sweep's rows and the plan's scratch grow with K, and prompt
+/// lookup rarely keeps more.
+const MAX_SPEC: usize = 64;
 
 const RUN_USAGE: &str = "\
 usage: k3 <model_dir> [options]   (also: k3 run <model_dir> [options])
@@ -92,6 +97,8 @@ usage: k3 <model_dir> [options]   (also: k3 run <model_dir> [options])
   --batch FILE         JSON lines {\"prompt\": TEXT} or {\"ids\": [...]} (+ gen, temperature, top_k,
                        top_p, min_p, seed, stop): one JSON line out per input, in input order
   --parallel N         sequences of --batch decoding together (default 1)
+  --spec K             speculative decoding: up to K drafted ids per sweep (0 to 64; default 0 =
+                       off); the same ids and logits hash as without it
   --temperature T      sampling (default 0 = greedy); --top-k K, --top-p P, --min-p M
   --seed S             the sampler's seed (default: from the OS, printed and in --out)
   --threads N, --isa scalar|avx2|neon   (also K3_THREADS, K3_ISA)
@@ -136,6 +143,8 @@ struct Request {
     batch: Option<PathBuf>,
     /// `--parallel N` (1 without it).
     parallel: usize,
+    /// `--spec K`: drafted ids per sweep at most (0 = off).
+    spec: usize,
     /// `--load-state PATH`.
     load_state: Option<PathBuf>,
     /// `--save-state PATH`, opened (as its temporary) before any work.
@@ -348,6 +357,19 @@ fn request_from_args(a: Args, cmd: &str) -> Result<Request> {
             "flag `--parallel`: decodes the sequences of `--batch FILE` together; give --batch",
         ));
     }
+    let spec = a
+        .parsed::<usize>("spec", "a non-negative integer")?
+        .unwrap_or(0);
+    if spec > MAX_SPEC {
+        return Err(Error::invalid(format!(
+            "flag `--spec {spec}`: expected 0 to {MAX_SPEC} drafted ids per sweep"
+        )));
+    }
+    if spec > 0 && a.switch("full-recompute") {
+        return Err(Error::invalid(
+            "flags `--spec` and `--full-recompute`: speculation runs incrementally; give one of them",
+        ));
+    }
     let gen = a
         .parsed::<usize>("gen", "a non-negative integer")?
         .unwrap_or(16);
@@ -404,6 +426,7 @@ fn request_from_args(a: Args, cmd: &str) -> Result<Request> {
         ctx,
         batch,
         parallel,
+        spec,
         load_state,
         save_state,
         sampling,
@@ -593,6 +616,7 @@ fn execute(
         rp: &rp,
     };
     let mut sess = open_session(req, &mut inp, &bound, ex, rep)?;
+    sess.spec.max_draft = req.spec;
     sess.tok = inp.tok.as_ref();
     rep.timing.load_seconds = t_load.elapsed().as_secs_f64();
     say(&rep.trunk_line());

@@ -9,5 +9,6 @@ pub mod defaults;
 pub mod logprob;
 pub mod sample;
 pub mod session;
+pub mod spec;
 pub mod state_file;
 pub mod stop;

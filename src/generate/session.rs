@@ -11,6 +11,7 @@
 //! on every id and its logits are hashed; see DEVELOPERS.md.
 
 use super::sample::{Sampler, SamplerSettings};
+use super::spec::{SeqSpec, Speculation};
 use super::stop::{StopReason, StopRules, StopText};
 use crate::error::{Error, Result};
 use crate::model::experts::{ExpertSource, ExpertStats};
@@ -24,6 +25,7 @@ use std::time::Instant;
 
 mod resume;
 mod turn;
+mod verify;
 
 /// The environment variable of the forced-reply test hook (module docs).
 pub const FORCE_IDS_ENV: &str = "K3_TEST_FORCE_IDS";
@@ -61,8 +63,12 @@ pub struct Chosen {
     pub step: usize,
     /// FNV-1a-64 of the logits it was chosen from (FORMATS.md §10 per-step hash).
     pub logits_fnv1a64: u64,
-    /// The figures of the forward that produced those logits.
+    /// The figures of the forward that produced those logits (zeros for every id after the
+    /// first chosen from one forward's rows, under speculation).
     pub figures: StepFigures,
+    /// The index of the forward whose logits chose it (0 = the prefill; several ids share one
+    /// under speculation; FORMATS.md §10 `sweep`).
+    pub sweep: u64,
     /// Why the sequence stopped with this id, if it did.
     pub stop: Option<StopReason>,
     /// Generated text released by this id under `--stop` (only with a tokenizer and stop
@@ -97,6 +103,11 @@ pub struct Sequence {
     stop: Option<StopReason>,
     text: Option<(StreamDecoder, StopText)>,
     released: String,
+    /// Forwards whose logits this sequence chose from, after the prefill (`Chosen::sweep`).
+    sweeps: u64,
+    /// An id was already chosen from the current logits' forward (its figures are told once).
+    fig_taken: bool,
+    spec: SeqSpec,
 }
 
 /// A copy of a sequence at one point (ids, KDA state and conv history, MLA rows, sampler
@@ -143,6 +154,9 @@ impl Sequence {
             stop: None,
             text,
             released: String::new(),
+            sweeps: 0,
+            fig_taken: false,
+            spec: SeqSpec::default(),
         })
     }
 
@@ -291,6 +305,9 @@ impl Sequence {
             stop: self.stop,
             text: self.text.clone(),
             released: self.released.clone(),
+            sweeps: self.sweeps,
+            fig_taken: self.fig_taken,
+            spec: self.spec.light(),
         }
     }
 
@@ -323,11 +340,18 @@ impl Sequence {
         let stop = stop.or_else(|| self.rules.after_id(id, (step + 1) as u64, len));
         self.stop = stop;
         self.pending = if stop.is_none() { Some(id) } else { None };
+        let figures = if self.fig_taken {
+            StepFigures::default()
+        } else {
+            self.figures
+        };
+        self.fig_taken = true;
         Ok(Chosen {
             id,
             step,
             logits_fnv1a64: k3_kernels::fnv1a64_f32(&self.logits),
-            figures: self.figures,
+            figures,
+            sweep: self.sweeps,
             stop,
             text,
         })
@@ -363,6 +387,8 @@ pub struct Session<'t, T: TrunkSource, E: ExpertSource> {
     pub chunk: usize,
     /// Re-run every sequence's whole prefix each step instead of one position (diagnostic).
     pub full_recompute: bool,
+    /// Speculative decoding (`--spec K`, ENGINE.md §10); off by default.
+    pub spec: Speculation,
     forced: Vec<u32>,
 }
 
@@ -383,6 +409,7 @@ impl<'t, T: TrunkSource, E: ExpertSource> Session<'t, T, E> {
             tok: None,
             chunk: chunk.max(1),
             full_recompute: false,
+            spec: Speculation::off(),
             forced,
         })
     }
@@ -427,6 +454,9 @@ impl<'t, T: TrunkSource, E: ExpertSource> Session<'t, T, E> {
             Ok(())
         })?;
         seq.figures = self.figures_since(t, s0, d0);
+        // a continued sequence's prefill is a new forward to choose from
+        seq.sweeps += seq.fig_taken as u64;
+        seq.fig_taken = false;
         seq.stop = seq.rules.before_first(seq.ids.len() as u64);
         Ok(())
     }
@@ -436,6 +466,10 @@ impl<'t, T: TrunkSource, E: ExpertSource> Session<'t, T, E> {
     /// the new id of every sequence that did not stop computes their next logits (`on` gets
     /// [`StepEvent::Logits`] for each). Returns the forward's figures.
     ///
+    /// With speculation on ([`Speculation::max_draft`] > 0, not with `full_recompute`) a step
+    /// is a sweep instead: each sequence's new id and its drafted ids run as rows of the one
+    /// forward, and every id chosen from them is told after it (module `verify`).
+    ///
     /// Errors: a failed read (exit 4), a non-finite value (exit 2), an error of `on`; every
     /// sequence of the step is then unusable.
     pub fn step(
@@ -443,6 +477,9 @@ impl<'t, T: TrunkSource, E: ExpertSource> Session<'t, T, E> {
         seqs: &mut [&mut Sequence],
         on: &mut dyn FnMut(StepEvent<'_>) -> Result<()>,
     ) -> Result<StepFigures> {
+        if self.spec.max_draft > 0 && !self.full_recompute {
+            return self.sweep(seqs, on);
+        }
         for (i, s) in seqs.iter_mut().enumerate() {
             if !s.active() {
                 continue;
@@ -511,6 +548,8 @@ impl<'t, T: TrunkSource, E: ExpertSource> Session<'t, T, E> {
             let s = &mut *seqs[i];
             s.pending = None;
             s.figures = f;
+            s.sweeps += 1;
+            s.fig_taken = false;
             on(StepEvent::Logits(i, &s.logits))?;
         }
         Ok(f)

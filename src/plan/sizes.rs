@@ -140,6 +140,10 @@ pub struct RunShape {
     /// Bytes of the tokenizer tables and of the tensor index in memory.
     pub tokenizer: u64,
     pub tensor_index: u64,
+    /// `--spec K`: drafted ids per sweep at most (0 = off). A sweep runs up to K + 1 rows of
+    /// each sequence, all with logits, and each sequence keeps a copy of its KDA state and
+    /// conv history for the rollback (ENGINE.md §9, §10).
+    pub spec: usize,
 }
 
 impl ModelSizes {
@@ -147,11 +151,16 @@ impl ModelSizes {
     /// of one chunk of at most min(`chunk`, positions) positions (all rows with
     /// `all_logits`, else one), and the caller keeps one more row of V floats (the previous
     /// step's logits, or the copy of a chunk's last row) while the next forward computes.
+    /// Under `--spec K` a step's rows are K + 1 per sequence, each with logits, and the KDA
+    /// state is counted twice (the rollback copy).
     pub fn for_run(d: &Dims, r: RunShape) -> ModelSizes {
         let positions = r.positions.max(1);
         let seqs = r.sequences.max(1);
-        let chunk = r.chunk.min(positions).max(seqs);
-        let logits_rows = if r.all_logits { chunk } else { seqs };
+        // a step's rows: one per sequence, K + 1 under speculation
+        let step_rows = seqs * (r.spec + 1);
+        let chunk = r.chunk.min(positions).max(step_rows);
+        let logits_rows = if r.all_logits { chunk } else { step_rows };
+        let kda_copies = if r.spec > 0 { 2 } else { 1 };
         let moe_bound = (0..r.layers).filter(|&l| l >= d.first_dense).count();
         let expert = crate::model::expert_bytes(d);
         let held_logits = 4 * d.v as u64 * seqs as u64;
@@ -168,7 +177,9 @@ impl ModelSizes {
             expert_stride: buffer_bytes(expert),
             experts_total: moe_bound * d.e,
             top_k: d.kt,
-            kda_state: DecodeState::kda_bytes(d, r.layers).saturating_mul(seqs as u64),
+            kda_state: DecodeState::kda_bytes(d, r.layers)
+                .saturating_mul(seqs as u64)
+                .saturating_mul(kda_copies),
             mla_cache: DecodeState::mla_bytes(d, r.layers, positions).saturating_mul(seqs as u64),
             scratch: scratch_bytes(d, chunk, logits_rows)
                 + kernel_scratch_bytes(d, chunk, r.threads)

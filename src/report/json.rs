@@ -59,6 +59,21 @@ impl RunReport {
                         .into()
                 }),
             )
+            .with(
+                "speculation",
+                self.speculation.map_or(Value::Null, |p| {
+                    Object::new()
+                        .with("max_draft", p.max_draft)
+                        .with("sweeps", p.sweeps)
+                        .with("verify_sweeps", p.verify_sweeps)
+                        .with("drafted", p.drafted)
+                        .with("accepted", p.accepted)
+                        .with("acceptance_rate", p.acceptance_rate())
+                        .with("ids_per_sweep", p.ids_per_sweep())
+                        .with("verify_seconds", p.verify_seconds)
+                        .into()
+                }),
+            )
             .with("layers", self.layers)
             .with("layers_bound", self.layers_bound)
             .with("layers_completed", self.layers_completed)
@@ -137,6 +152,7 @@ impl RunReport {
                 stats_obj(
                     Object::new()
                         .with("token_id", s.token_id)
+                        .with("sweep", s.sweep)
                         .with("seconds", s.seconds)
                         .with("logits_fnv1a64", hex(s.logits_fnv1a64)),
                     &s.experts,

@@ -42,6 +42,7 @@ fn sizes(cfg: &Config, d: &Dims, sequences: usize) -> ModelSizes {
             // As measured on the released checkpoint (tests/engine/support/released.rs).
             tokenizer: 5_600_000,
             tensor_index: 21_000_000,
+            spec: 0,
         },
     )
 }

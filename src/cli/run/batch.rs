@@ -13,7 +13,7 @@ use crate::generate::sample::{os_seed, SamplerSettings};
 use crate::generate::session::SequenceOptions;
 use crate::generate::stop::{StopReason, StopRules};
 use crate::model::experts::ExpertSource;
-use crate::report::{BatchReport, RunReport};
+use crate::report::{BatchReport, RunReport, SpecReport};
 use crate::run::RunSession;
 use crate::tokenizer::Tokenizer;
 use std::collections::BTreeMap;
@@ -144,6 +144,11 @@ pub(super) fn run(
         Ok(())
     };
     flush(&mut lines, &mut next)?;
+    // the speculation counters over every sequence (sweeps: each one's own, prefill included)
+    let mut spec = SpecReport {
+        max_draft: sess.spec.max_draft as u64,
+        ..SpecReport::default()
+    };
     let res = run_batch(sess, items, parallel, &mut |i, s| {
         let line = match s {
             Err(e) => {
@@ -151,6 +156,13 @@ pub(super) fn run(
                 error_line(i, &e)
             }
             Ok(mut s) => {
+                let st = s.spec_stats();
+                spec.sweeps += s.sweeps() + 1;
+                spec.verify_sweeps += st.verify_sweeps;
+                spec.drafted += st.drafted;
+                spec.accepted += st.accepted;
+                spec.tokens += s.generated().len() as u64;
+                spec.verify_seconds += st.verify_seconds;
                 let (seed, greedy, stops) = meta.get(&i).copied().unwrap_or((0, true, false));
                 // without the stop string (TOKENIZER.md §9 lossy decode otherwise)
                 let text = match tok {
@@ -184,6 +196,9 @@ pub(super) fn run(
     rep.timing.prefill_seconds = tot.prefill_seconds;
     rep.timing.decode_seconds = tot.decode_seconds;
     rep.layers_completed = sess.model.layers.len();
+    if spec.max_draft > 0 {
+        rep.speculation = Some(spec);
+    }
     rep.batch = Some(BatchReport {
         sequences: n,
         parallel: parallel as u64,

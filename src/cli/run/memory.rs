@@ -83,6 +83,7 @@ pub(super) fn model_sizes(c: &PlanInputs<'_>, par: usize) -> ModelSizes {
             all_logits: c.want_all,
             threads: c.ex.threads(),
             sequences: par,
+            spec: req.spec,
             tokenizer: tokenizer_bytes(&req.args, &req.model_dir),
             tensor_index: c.index.heap_bytes() as u64,
         },

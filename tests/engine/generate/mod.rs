@@ -7,4 +7,5 @@
 mod cli;
 mod sample;
 mod session;
+mod spec;
 mod stop;
