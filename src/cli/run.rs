@@ -27,11 +27,14 @@ use std::time::Instant;
 mod batch;
 mod inputs;
 mod memory;
+mod serve;
 mod state;
 
 use inputs::{check_inputs, compute, Inputs};
 use memory::{plan_memory, PlanInputs};
 use state::generation;
+
+pub(crate) use serve::{prepare_serve, ServeModel, ServePrepared};
 
 pub(crate) const SPECS: &[Spec] = &[
     Spec::Value("prompt"),
@@ -146,6 +149,9 @@ struct Request {
     budget: Budget,
     trunk_dir: Option<PathBuf>,
     policy: String,
+    /// Snapshot slots planned besides the `--parallel` sequences (`serve`'s prefix pool; 0
+    /// for `run`).
+    snapshots: usize,
 }
 
 /// A budget flag in decimal GB: a finite number > 0 (fractions allowed), as bytes.
@@ -185,9 +191,16 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
     let Some(a) = Args::parse_or_help(argv, SPECS, RUN_USAGE)? else {
         return Ok(None);
     };
+    request_of(a, "run").map(Some)
+}
+
+/// The request of `cmd` (`run`, or `serve`, which takes no prompt and plans `--parallel`
+/// sequences without `--batch`) from its parsed flags.
+fn request_of(a: Args, cmd: &str) -> Result<Request> {
+    let serve = cmd == "serve";
     if a.positional.len() != 1 {
         return Err(Error::invalid(format!(
-            "run: expected one model directory, found {} positional argument{} (see k3 --help)",
+            "{cmd}: expected one model directory, found {} positional argument{} (see k3 --help)",
             a.positional.len(),
             if a.positional.len() == 1 { "" } else { "s" }
         )));
@@ -258,6 +271,7 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
     let prompts = a.present(&["prompt", "prompt-file", "ids"]);
     let load_state = a.value_os("load-state").map(PathBuf::from);
     match (&batch, prompts.first()) {
+        _ if serve => {}
         (None, None) if load_state.is_none() => {
             return Err(Error::invalid(
                 "no prompt: give one of `--prompt TEXT`, `--prompt-file PATH`, `--ids 1,2,3`, `--batch FILE`",
@@ -276,7 +290,7 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
     if parallel == 0 {
         return Err(Error::invalid("flag `--parallel 0`: must be at least 1"));
     }
-    if batch.is_none() && a.value("parallel")?.is_some() {
+    if !serve && batch.is_none() && a.value("parallel")?.is_some() {
         return Err(Error::invalid(
             "flag `--parallel`: decodes the sequences of `--batch FILE` together; give --batch",
         ));
@@ -336,7 +350,7 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
         )?),
         None => None,
     };
-    Ok(Some(Request {
+    Ok(Request {
         config: a
             .value_os("config")
             .map(PathBuf::from)
@@ -365,8 +379,9 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
         budget,
         trunk_dir,
         policy,
+        snapshots: 0,
         args: a,
-    }))
+    })
 }
 
 /// The output files (`--out`, `--dump-logits`, `--dump-cache-trace`), checked and their

@@ -33,7 +33,7 @@ pub(super) fn plan_memory(c: &PlanInputs<'_>, rep: &mut RunReport) -> Result<Run
             crate::sayln!("{s}");
         }
     };
-    let sizes_for = |par: usize| model_sizes(c, par);
+    let sizes_for = |par: usize| model_sizes(c, par, c.inp.positions);
     let sizes = sizes_for(req.parallel);
     let available = crate::io::sys::memory_available().available();
     let rp = match plan_run(&sizes, &req.budget, available) {
@@ -58,9 +58,36 @@ pub(super) fn plan_memory(c: &PlanInputs<'_>, rep: &mut RunReport) -> Result<Run
     Ok(rp)
 }
 
+/// The largest `--ctx` (positions per sequence, at most `max_positions`) whose plan fits
+/// with the run's `--parallel` sequences and snapshot slots (fitting is monotone in the
+/// positions), or `None` when not even one position fits.
+pub(super) fn largest_ctx(c: &PlanInputs<'_>, max_positions: usize) -> Option<usize> {
+    let available = crate::io::sys::memory_available().available();
+    let fit = |n: usize| {
+        plan_run(&model_sizes(c, c.req.parallel, n), &c.req.budget, available).is_ok()
+    };
+    if !fit(1) {
+        return None;
+    }
+    let (mut lo, mut hi) = (1usize, max_positions.max(1));
+    if fit(hi) {
+        return Some(hi);
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fit(mid) {
+            lo = mid
+        } else {
+            hi = mid
+        }
+    }
+    Some(lo)
+}
+
 /// The sizes the planner needs for `par` sequences decoding together (each with its KDA
-/// state and MLA cache for the positions; a step's forward over `par` rows).
-fn model_sizes(c: &PlanInputs<'_>, par: usize) -> ModelSizes {
+/// state and MLA cache for `positions`; a step's forward over `par` rows), plus the run's
+/// snapshot slots (each planned as one more sequence: a snapshot holds at most that).
+fn model_sizes(c: &PlanInputs<'_>, par: usize, positions: usize) -> ModelSizes {
     let (req, inp, prep) = (c.req, c.inp, c.prep);
     ModelSizes::for_run(
         &inp.d,
@@ -69,11 +96,11 @@ fn model_sizes(c: &PlanInputs<'_>, par: usize) -> ModelSizes {
             layer_runs: prep.layouts.iter().map(|l| l.bytes).collect(),
             embed: prep.tables.embed.len,
             lm_head: prep.tables.lm_head.as_ref().map(|m| m.len).unwrap_or(0),
-            positions: inp.positions,
+            positions,
             chunk: req.chunk,
             all_logits: c.want_all,
             threads: c.ex.threads(),
-            sequences: par,
+            sequences: par + req.snapshots,
             tokenizer: tokenizer_bytes(&req.args, &req.model_dir),
             tensor_index: c.index.heap_bytes() as u64,
         },
