@@ -46,6 +46,7 @@ pub mod config;
 pub mod digest;
 pub mod error;
 pub mod generate;
+pub mod http;
 #[allow(unsafe_code)]
 pub mod io;
 pub mod json;

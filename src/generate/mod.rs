@@ -5,6 +5,7 @@
 
 pub mod batch;
 pub mod batch_input;
+pub mod defaults;
 pub mod logprob;
 pub mod sample;
 pub mod session;
