@@ -34,7 +34,7 @@ use inputs::{check_inputs, compute, Inputs};
 use memory::{plan_memory, PlanInputs};
 use state::generation;
 
-pub(crate) use serve::{prepare_serve, ServeModel, ServePrepared};
+pub(crate) use serve::prepare_serve;
 
 pub(crate) const SPECS: &[Spec] = &[
     Spec::Value("prompt"),

@@ -109,14 +109,15 @@ impl ServePrepared {
 }
 
 /// Checks `k3 serve`'s model flags (`a`, parsed against the serve specs), the config and
-/// tokenizer, and plans memory for `--parallel` sequences plus `snapshots` pool slots at
+/// tokenizer, and plans memory for `parallel` sequences plus `snapshots` pool slots at
 /// `--ctx` positions (default: the largest that fits, at most `max_position_embeddings`);
 /// prints the plan unless `--quiet`.
 ///
 /// Errors: the run's flag and input errors (exit 2); a plan that does not fit (exit 3, naming
 /// the largest `--parallel` that does); no tokenizer (exit 2: the server speaks text).
-pub(crate) fn prepare_serve(a: Args, snapshots: usize) -> Result<ServePrepared> {
+pub(crate) fn prepare_serve(a: Args, parallel: usize, snapshots: usize) -> Result<ServePrepared> {
     let mut req = request_of(a, "serve")?;
+    req.parallel = parallel;
     req.snapshots = snapshots;
     req.gen = 0;
     let mut rep = RunReport {
