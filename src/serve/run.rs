@@ -197,6 +197,8 @@ impl Running<'_> {
     }
 
     fn final_usage(&mut self) -> Usage {
+        // the stub's ids may be among the reused ones; they are not prompt tokens
+        self.usage.cached_tokens = self.usage.cached_tokens.min(self.usage.prompt_tokens);
         self.usage.completion_tokens = self.b.completion_tokens;
         self.usage.reasoning_tokens = match self.kind {
             Kind::Chat { .. } => self.b.reasoning_tokens,

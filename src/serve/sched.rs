@@ -69,6 +69,8 @@ pub enum Event {
 #[derive(Debug, Default)]
 struct State {
     waiting: VecDeque<Job>,
+    /// Jobs holding a slot (told by the scheduler).
+    active: usize,
     shutdown: bool,
 }
 
@@ -94,11 +96,11 @@ impl Queue {
         }
     }
 
-    /// Queues `job`; gives it back when `max_waiting` jobs already wait or the server is
-    /// shutting down (the handler answers 503 with `Retry-After`).
+    /// Queues `job`; gives it back when every slot is taken and `max_waiting` jobs already
+    /// wait, or the server is shutting down (the handler answers 503 with `Retry-After`).
     pub fn submit(&self, job: Job) -> std::result::Result<(), Job> {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if st.shutdown || st.waiting.len() >= self.max_waiting {
+        if st.shutdown || st.waiting.len() + st.active >= self.parallel + self.max_waiting {
             return Err(job);
         }
         st.waiting.push_back(job);
@@ -111,6 +113,12 @@ impl Queue {
         self.state.lock().map(|s| s.waiting.len()).unwrap_or(0)
     }
 
+    /// The scheduler tells how many jobs hold a slot.
+    fn set_active(&self, n: usize) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.active = n;
+    }
+
     /// Refuses new jobs from now on and wakes the scheduler.
     pub fn close(&self) {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -118,7 +126,8 @@ impl Queue {
         self.wake.notify_all();
     }
 
-    /// The next waiting job; waits up to `wait` when `block` (None on timeout or when none).
+    /// The next waiting job (it then counts as active); waits up to `wait` when `block`
+    /// (None on timeout or when none).
     fn next(&self, block: bool, wait: Duration) -> Option<Job> {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if block && st.waiting.is_empty() && !st.shutdown {
@@ -128,7 +137,9 @@ impl Queue {
                 .map(|(g, _)| g)
                 .unwrap_or_else(|p| p.into_inner().0);
         }
-        st.waiting.pop_front()
+        let job = st.waiting.pop_front();
+        st.active += job.is_some() as usize;
+        job
     }
 }
 
@@ -181,6 +192,7 @@ impl Scheduler<'_> {
                     active.push(a);
                 }
             }
+            self.queue.set_active(active.len());
             self.metrics.set_active(active.len(), self.queue.depth());
             if active.is_empty() {
                 if draining.is_some() && self.queue.depth() == 0 {
