@@ -150,8 +150,9 @@ struct Request {
     trunk_dir: Option<PathBuf>,
     policy: String,
     /// Snapshot slots planned besides the `--parallel` sequences (`serve`'s prefix pool; 0
-    /// for `run`).
-    snapshots: usize,
+    /// for `run`); `None`: as many as `--parallel` (serve's default, so that the largest
+    /// fitting `--parallel` is searched with its pool).
+    snapshots: Option<usize>,
 }
 
 /// A budget flag in decimal GB: a finite number > 0 (fractions allowed), as bytes.
@@ -379,7 +380,7 @@ fn request_of(a: Args, cmd: &str) -> Result<Request> {
         budget,
         trunk_dir,
         policy,
-        snapshots: 0,
+        snapshots: Some(0),
         args: a,
     })
 }

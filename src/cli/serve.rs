@@ -76,7 +76,8 @@ struct ServeFlags {
     api_key: Option<String>,
     parallel: usize,
     queue: usize,
-    snapshots: usize,
+    /// `--snapshots`, else as many as `--parallel`.
+    snapshots: Option<usize>,
     max_body: usize,
     cors: Option<String>,
     log_prompts: bool,
@@ -138,7 +139,7 @@ fn serve_flags(a: &Args) -> Result<ServeFlags> {
         api_key,
         parallel,
         queue: count(a, "queue", 64, 0)?,
-        snapshots: count(a, "snapshots", parallel, 0)?,
+        snapshots: a.parsed::<usize>("snapshots", "a non-negative integer")?,
         max_body,
         cors: a.value("cors")?.filter(|c| !c.is_empty()),
         log_prompts: a.switch("log-prompts"),
@@ -187,6 +188,7 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     crate::io::signal::install_terminate_handler()
         .map_err(|e| Error::internal(format!("serve: {e}")))?;
     let (ctx, parallel) = (prep.ctx(), prep.parallel());
+    let snapshots = f.snapshots.unwrap_or(parallel);
     let queue = Arc::new(Queue::new(f.queue, parallel));
     let metrics = Arc::new(Metrics::default());
     let end_ids = prep.end_ids();
@@ -243,12 +245,12 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         crate::sayln!(
             "k3 serve: ready on http://{addr}: model {model_id}, ctx {ctx}, {parallel} slots (--parallel), queue {}, {} snapshots, {plan}{}",
             f.queue,
-            f.snapshots,
+            snapshots,
             if f.api_key.is_some() { ", API key required" } else { "" }
         );
         let mut sched = Scheduler {
             queue: &queue,
-            pool: SnapshotPool::new(f.snapshots),
+            pool: SnapshotPool::new(snapshots),
             ctx,
             end_ids,
             vocab: server.limits.vocab,

@@ -100,7 +100,7 @@ fn model_sizes(c: &PlanInputs<'_>, par: usize, positions: usize) -> ModelSizes {
             chunk: req.chunk,
             all_logits: c.want_all,
             threads: c.ex.threads(),
-            sequences: par + req.snapshots,
+            sequences: par + req.snapshots.unwrap_or(par),
             tokenizer: tokenizer_bytes(&req.args, &req.model_dir),
             tensor_index: c.index.heap_bytes() as u64,
         },

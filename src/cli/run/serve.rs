@@ -115,7 +115,11 @@ impl ServePrepared {
 ///
 /// Errors: the run's flag and input errors (exit 2); a plan that does not fit (exit 3, naming
 /// the largest `--parallel` that does); no tokenizer (exit 2: the server speaks text).
-pub(crate) fn prepare_serve(a: Args, parallel: usize, snapshots: usize) -> Result<ServePrepared> {
+pub(crate) fn prepare_serve(
+    a: Args,
+    parallel: usize,
+    snapshots: Option<usize>,
+) -> Result<ServePrepared> {
     let mut req = request_of(a, "serve")?;
     req.parallel = parallel;
     req.snapshots = snapshots;

@@ -111,7 +111,7 @@ fn api_key_is_required_when_set() {
 #[test]
 fn a_client_that_disconnects_mid_stream_frees_its_slot() {
     let s = start(&["--parallel", "1", "--queue", "0"], &[]);
-    let mut body = chat_body("Go on.", 200, 3);
+    let mut body = chat_body("Go on.", 150, 3);
     body["stream"] = json!(true);
     let b = body.to_string();
     let mut c = connect(&s);

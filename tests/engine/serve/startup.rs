@@ -56,7 +56,7 @@ fn sigterm_drains_and_exits_0() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     assert_eq!(status.and_then(|s| s.code()), Some(0));
-    let log: Vec<String> = s.log.try_iter().collect();
+    let log: Vec<String> = s.log.lock().unwrap().try_iter().collect();
     assert!(log.iter().any(|l| l.contains("k3 serve: stopped")), "{log:?}");
     // the request line carries no prompt text
     assert!(log.iter().any(|l| l.contains("POST /v1/chat/completions 200")));

@@ -21,7 +21,7 @@ pub struct Server {
     pub child: Child,
     pub addr: SocketAddr,
     /// Standard-error lines after the listening line.
-    pub log: Receiver<String>,
+    pub log: std::sync::Mutex<Receiver<String>>,
 }
 
 impl Drop for Server {
@@ -67,7 +67,7 @@ pub fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
     let s = Server {
         child,
         addr,
-        log: rx,
+        log: std::sync::Mutex::new(rx),
     };
     for _ in 0..1200 {
         if get(&s, "/health").status == 200 {
