@@ -312,6 +312,10 @@ impl Scheduler<'_> {
             }
             Ok(f) => {
                 self.metrics.step(&f, chosen.len());
+                // the slots free before the handlers hear of it: a client's next request
+                // must find its slot free
+                let ending = chosen.iter().filter(|c| c.2.is_some()).count();
+                self.queue.set_active(active.len() - ending);
                 let mut gone = vec![false; active.len()];
                 for (i, id, stop) in chosen {
                     let a = &active[i];

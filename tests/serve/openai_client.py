@@ -112,7 +112,7 @@ def chat_text(c):
 
 
 def main():
-    s = Server(["--ctx", "1024", "--parallel", "4", "--queue", "4", "--threads", "1"])
+    s = Server(["--ctx", "1024", "--parallel", "4", "--queue", "8", "--threads", "1"])
     c = s.client
     check([m.id for m in c.models.list().data] == [MODEL], "models lists the one model")
     msgs = [{"role": "user", "content": "Write a haiku about the sea."}]
