@@ -100,13 +100,18 @@ fn serve_flags(a: &Args) -> Result<ServeFlags> {
     let host = a.value("host")?.unwrap_or_else(|| "127.0.0.1".to_string());
     let ip: IpAddr = match host.as_str() {
         "localhost" => IpAddr::V4(Ipv4Addr::LOCALHOST),
-        h => h.trim_matches(|c| c == '[' || c == ']').parse().map_err(|_| {
-            Error::invalid(format!(
-                "flag `--host {host}`: not an IP address (e.g. 127.0.0.1, 0.0.0.0, ::1)"
-            ))
-        })?,
+        h => h
+            .trim_matches(|c| c == '[' || c == ']')
+            .parse()
+            .map_err(|_| {
+                Error::invalid(format!(
+                    "flag `--host {host}`: not an IP address (e.g. 127.0.0.1, 0.0.0.0, ::1)"
+                ))
+            })?,
     };
-    let port = a.parsed::<u16>("port", "a port number 0 to 65535")?.unwrap_or(8000);
+    let port = a
+        .parsed::<u16>("port", "a port number 0 to 65535")?
+        .unwrap_or(8000);
     let api_key = match a.value("api-key")? {
         Some(k) => Some(k),
         None => std::env::var("K3_API_KEY").ok(),
@@ -122,7 +127,9 @@ fn serve_flags(a: &Args) -> Result<ServeFlags> {
         None => 8_000_000,
         Some(v) => {
             let x: f64 = v.trim().parse().map_err(|_| {
-                Error::invalid(format!("flag `--max-body-mb {v}`: expected decimal megabytes"))
+                Error::invalid(format!(
+                    "flag `--max-body-mb {v}`: expected decimal megabytes"
+                ))
             })?;
             if !(x.is_finite() && x > 0.0 && x * 1e6 < usize::MAX as f64) {
                 return Err(Error::invalid(format!(
@@ -210,7 +217,9 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         started: unix_now(),
         counter: AtomicU64::new(0),
     });
-    crate::sayln!("k3 serve: listening on http://{addr} (loading the model; /health is 503 until ready)");
+    crate::sayln!(
+        "k3 serve: listening on http://{addr} (loading the model; /health is 503 until ready)"
+    );
     let limits = http::Limits {
         max_body_bytes: f.max_body,
         ..http::Limits::default()
@@ -229,7 +238,9 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         std::thread::spawn(move || {
             while !stop.load(Ordering::SeqCst) {
                 if crate::io::signal::terminate_requested() {
-                    crate::sayln!("k3 serve: signal received; draining (finishing running requests)");
+                    crate::sayln!(
+                        "k3 serve: signal received; draining (finishing running requests)"
+                    );
                     queue.close();
                     stop.store(true, Ordering::SeqCst);
                     shutdown.request();

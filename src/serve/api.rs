@@ -225,7 +225,8 @@ pub fn chat_job(
 ) -> Result<ChatJob, ApiError> {
     check_fields(o, CHAT_ACCEPTED)?;
     check_model(o, lim)?;
-    let req = ChatRequest::from_json(&Value::Object(o.clone())).map_err(|e| ApiError::from_chat(&e))?;
+    let req =
+        ChatRequest::from_json(&Value::Object(o.clone())).map_err(|e| ApiError::from_chat(&e))?;
     if req.messages.is_empty() {
         return Err(ApiError::invalid(
             "messages",
@@ -245,10 +246,7 @@ pub fn chat_job(
             return Err(ApiError::invalid("top_logprobs", "expected 0 to 20"));
         }
         if !params.logprobs && n > 0 {
-            return Err(ApiError::invalid(
-                "top_logprobs",
-                "needs `logprobs: true`",
-            ));
+            return Err(ApiError::invalid("top_logprobs", "needs `logprobs: true`"));
         }
         params.top_logprobs = n as usize;
     }
@@ -301,16 +299,14 @@ pub fn completion_job(
 fn prompt_ids(p: &Value, tok: &Tokenizer, vocab: usize) -> Result<Vec<u32>, ApiError> {
     match p {
         Value::String(s) => Ok(tok.encode(s, false)),
-        Value::Array(a) if a.len() == 1 && !matches!(a[0], Value::Number(_)) => {
-            match &a[0] {
-                Value::String(s) => Ok(tok.encode(s, false)),
-                Value::Array(ids) => id_list(ids, "prompt[0]", vocab),
-                v => Err(ApiError::invalid(
-                    "prompt[0]",
-                    format!("expected string or array of ids, found {}", v.type_name()),
-                )),
-            }
-        }
+        Value::Array(a) if a.len() == 1 && !matches!(a[0], Value::Number(_)) => match &a[0] {
+            Value::String(s) => Ok(tok.encode(s, false)),
+            Value::Array(ids) => id_list(ids, "prompt[0]", vocab),
+            v => Err(ApiError::invalid(
+                "prompt[0]",
+                format!("expected string or array of ids, found {}", v.type_name()),
+            )),
+        },
         Value::Array(a) if a.iter().all(|v| matches!(v, Value::Number(_))) => {
             id_list(a, "prompt", vocab)
         }
@@ -366,12 +362,10 @@ fn check_fields(o: &Object, accepted: &[&str]) -> Result<(), ApiError> {
         if let Some(v) = o.get(k).filter(|v| !v.is_null()) {
             match v.as_number().map(|n| n.as_f64()) {
                 Some(x) if x == 0.0 => {}
-                Some(_) => {
-                    return Err(ApiError::invalid(
-                        k,
-                        "not supported (k3 samples exactly as ENGINE.md §8); give 0 or leave it out",
-                    ))
-                }
+                Some(_) => return Err(ApiError::invalid(
+                    k,
+                    "not supported (k3 samples exactly as ENGINE.md §8); give 0 or leave it out",
+                )),
                 None => {
                     return Err(ApiError::invalid(
                         k,
@@ -383,7 +377,10 @@ fn check_fields(o: &Object, accepted: &[&str]) -> Result<(), ApiError> {
     }
     if let Some(n) = opt_uint(o, "n")? {
         if n != 1 {
-            return Err(ApiError::invalid("n", "only 1 choice per request is supported"));
+            return Err(ApiError::invalid(
+                "n",
+                "only 1 choice per request is supported",
+            ));
         }
     }
     Ok(())
@@ -424,7 +421,10 @@ fn gen_params(
     let mut s = lim.defaults;
     if let Some(t) = opt_f64(o, "temperature")? {
         if !(t.is_finite() && t >= 0.0) {
-            return Err(ApiError::invalid("temperature", "expected a finite number ≥ 0"));
+            return Err(ApiError::invalid(
+                "temperature",
+                "expected a finite number ≥ 0",
+            ));
         }
         s.temperature = t;
     }
@@ -489,13 +489,14 @@ fn gen_params(
                 )),
             })
             .collect::<Result<_, _>>()?,
-        Some(Value::Array(_)) => {
-            return Err(ApiError::invalid("stop", "at most 4 stop strings"))
-        }
+        Some(Value::Array(_)) => return Err(ApiError::invalid("stop", "at most 4 stop strings")),
         Some(v) => {
             return Err(ApiError::invalid(
                 "stop",
-                format!("expected string or array of strings, found {}", v.type_name()),
+                format!(
+                    "expected string or array of strings, found {}",
+                    v.type_name()
+                ),
             ))
         }
     };

@@ -129,13 +129,20 @@ impl Server {
             let r = self
                 .with_cors(Response::new(204, "text/plain", Vec::new()))
                 .header("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
-                .header("Access-Control-Allow-Headers", "Authorization, Content-Type")
+                .header(
+                    "Access-Control-Allow-Headers",
+                    "Authorization, Content-Type",
+                )
                 .header("Access-Control-Max-Age", "600");
             return Outcome::sent(out, r);
         }
         if path == "/health" {
             let loaded = self.loaded.load(Ordering::SeqCst);
-            let (status, text) = if loaded { (200, "ok") } else { (503, "loading") };
+            let (status, text) = if loaded {
+                (200, "ok")
+            } else {
+                (503, "loading")
+            };
             let mut r = self.json(status, format!("{{\"status\":\"{text}\"}}"));
             if !loaded {
                 r = r.header("Retry-After", "1");

@@ -93,7 +93,12 @@ impl Metrics {
                     .collect()
             })
             .unwrap_or_default();
-        metric("k3_requests_total", "counter", "Requests answered, by HTTP status.", reqs);
+        metric(
+            "k3_requests_total",
+            "counter",
+            "Requests answered, by HTTP status.",
+            reqs,
+        );
         let one = |v: String| vec![(String::new(), v)];
         metric(
             "k3_prompt_tokens_total",
@@ -142,12 +147,22 @@ impl Metrics {
             "counter",
             "Bytes read during decode steps, by source.",
             vec![
-                ("{source=\"trunk\"}".into(), g(&self.dense_bytes).to_string()),
-                ("{source=\"experts\"}".into(), g(&self.expert_bytes).to_string()),
+                (
+                    "{source=\"trunk\"}".into(),
+                    g(&self.dense_bytes).to_string(),
+                ),
+                (
+                    "{source=\"experts\"}".into(),
+                    g(&self.expert_bytes).to_string(),
+                ),
             ],
         );
         let (req, hits) = (g(&self.expert_requests), g(&self.expert_hits));
-        let rate = if req > 0 { hits as f64 / req as f64 } else { 0.0 };
+        let rate = if req > 0 {
+            hits as f64 / req as f64
+        } else {
+            0.0
+        };
         metric(
             "k3_expert_cache_hit_rate",
             "gauge",

@@ -69,7 +69,14 @@ pub fn chat(server: &Server, req: &Request, out: &mut Responder<'_>, n: u64) -> 
                 thinking: j.thinking,
                 stub: j.stub,
             };
-            generate(server, out, j.ids, j.params, kind, format!("chatcmpl-k3-{n}"))
+            generate(
+                server,
+                out,
+                j.ids,
+                j.params,
+                kind,
+                format!("chatcmpl-k3-{n}"),
+            )
         }
     }
 }
@@ -80,7 +87,14 @@ pub fn completion(server: &Server, req: &Request, out: &mut Responder<'_>, n: u6
         .and_then(|o| api::completion_job(&o, &server.tok, &server.limits, &mut seed_source()));
     match job {
         Err(e) => Outcome::refused(server, out, &e),
-        Ok(j) => generate(server, out, j.ids, j.params, Kind::Completion, format!("cmpl-k3-{n}")),
+        Ok(j) => generate(
+            server,
+            out,
+            j.ids,
+            j.params,
+            Kind::Completion,
+            format!("cmpl-k3-{n}"),
+        ),
     }
 }
 
@@ -176,11 +190,7 @@ fn next(rx: &Receiver<Event>, gone: &mut dyn FnMut() -> bool) -> Option<Event> {
 
 impl Running<'_> {
     /// Reads one token; returns its pieces and logprob.
-    fn token(
-        &mut self,
-        id: u32,
-        logits: Option<&[f32]>,
-    ) -> (Vec<Piece>, Option<TokenLogprob>) {
+    fn token(&mut self, id: u32, logits: Option<&[f32]>) -> (Vec<Piece>, Option<TokenLogprob>) {
         let mut pieces = Vec::new();
         let before = self.b.completion_tokens;
         self.b.push(id, &mut pieces);
@@ -374,7 +384,9 @@ fn stream(
     let usage = r.final_usage();
     let finish = r.finish_reason();
     let last = match r.kind {
-        Kind::Chat { .. } => encode::chat_chunk(head, Some(Default::default()), Some(finish), None, None),
+        Kind::Chat { .. } => {
+            encode::chat_chunk(head, Some(Default::default()), Some(finish), None, None)
+        }
         Kind::Completion => encode::completion(head, "", Some(finish), None, None, false),
     };
     send(&mut s, last);

@@ -63,9 +63,8 @@ pub(super) fn plan_memory(c: &PlanInputs<'_>, rep: &mut RunReport) -> Result<Run
 /// positions), or `None` when not even one position fits.
 pub(super) fn largest_ctx(c: &PlanInputs<'_>, max_positions: usize) -> Option<usize> {
     let available = crate::io::sys::memory_available().available();
-    let fit = |n: usize| {
-        plan_run(&model_sizes(c, c.req.parallel, n), &c.req.budget, available).is_ok()
-    };
+    let fit =
+        |n: usize| plan_run(&model_sizes(c, c.req.parallel, n), &c.req.budget, available).is_ok();
     if !fit(1) {
         return None;
     }

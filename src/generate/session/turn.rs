@@ -70,8 +70,7 @@ impl Sequence {
     /// Errors (exit 2): no pending logits (the sequence's last position has not run, or its
     /// last id was chosen but not run); `rules`' `--ctx` below the ids.
     pub fn restart_turn(&mut self, rules: StopRules) -> Result<()> {
-        if self.logits.is_empty() || self.state.n_pos != self.ids.len() || self.pending.is_some()
-        {
+        if self.logits.is_empty() || self.state.n_pos != self.ids.len() || self.pending.is_some() {
             return Err(Error::invalid(
                 "restart a turn: the sequence has no pending logits at the end of its ids",
             ));

@@ -22,9 +22,18 @@ fn bad_requests_are_refused_naming_the_field() {
     let s = start(&[], &[]);
     let chat = "/v1/chat/completions";
     // malformed JSON: the byte offset
-    let r = request(&s, "POST", chat, &[], b"{\"model\": \"tiny-k3-text\", \"messages\": [");
+    let r = request(
+        &s,
+        "POST",
+        chat,
+        &[],
+        b"{\"model\": \"tiny-k3-text\", \"messages\": [",
+    );
     let v = assert_error(&r, 400, None);
-    assert!(v["error"]["message"].as_str().unwrap().contains("at byte"), "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("at byte"),
+        "{v}"
+    );
     let ok = chat_body("hi", 2, 1);
     let with = |k: &str, x: Value| {
         let mut b = ok.clone();
@@ -38,7 +47,11 @@ fn bad_requests_are_refused_naming_the_field() {
         (with("max_tokens", json!("ten")), 400, "max_tokens"),
         (with("max_tokens", json!(100000)), 400, "max_tokens"),
         (with("n", json!(2)), 400, "n"),
-        (with("frequency_penalty", json!(0.5)), 400, "frequency_penalty"),
+        (
+            with("frequency_penalty", json!(0.5)),
+            400,
+            "frequency_penalty",
+        ),
         (with("logit_bias", json!({"1": 5})), 400, "logit_bias"),
         (with("frobnicate", json!(1)), 400, "frobnicate"),
         (with("stream", json!("yes")), 400, "stream"),
@@ -46,7 +59,11 @@ fn bad_requests_are_refused_naming_the_field() {
         (with("seed", json!(1.5)), 400, "seed"),
         (with("messages", json!([])), 400, "messages"),
         (with("messages", json!("hi")), 400, "messages"),
-        (with("messages", json!([{"role": "wizard", "content": "x"}])), 400, "messages[0].role"),
+        (
+            with("messages", json!([{"role": "wizard", "content": "x"}])),
+            400,
+            "messages[0].role",
+        ),
         (with("model", json!("gpt-4")), 404, "model"),
         (with("model", json!(7)), 400, "model"),
     ];
@@ -60,11 +77,22 @@ fn bad_requests_are_refused_naming_the_field() {
     // a prompt longer than the context (--ctx 256)
     let long = "word ".repeat(400);
     let r = post(&s, chat, &chat_body(&long, 1, 1));
-    assert_eq!(assert_error(&r, 400, None)["error"]["code"], "context_length_exceeded");
+    assert_eq!(
+        assert_error(&r, 400, None)["error"]["code"],
+        "context_length_exceeded"
+    );
     // completions: ids outside the vocabulary, echo
-    let r = post(&s, "/v1/completions", &json!({"model": MODEL, "prompt": [1, 999999999]}));
+    let r = post(
+        &s,
+        "/v1/completions",
+        &json!({"model": MODEL, "prompt": [1, 999999999]}),
+    );
     assert_error(&r, 400, Some("prompt[1]"));
-    let r = post(&s, "/v1/completions", &json!({"model": MODEL, "prompt": "x", "echo": true}));
+    let r = post(
+        &s,
+        "/v1/completions",
+        &json!({"model": MODEL, "prompt": "x", "echo": true}),
+    );
     assert_error(&r, 400, Some("echo"));
     // routes and methods
     assert_error(&get(&s, "/v1/nothing"), 404, None);
@@ -89,7 +117,11 @@ fn transport_limits_answer_in_the_openai_shape() {
     );
     assert_error(&raw(&s, big.as_bytes()), 431, None);
     // a header line without a colon: 400
-    assert_error(&raw(&s, b"GET /health HTTP/1.1\r\nHost x\r\n\r\n"), 400, None);
+    assert_error(
+        &raw(&s, b"GET /health HTTP/1.1\r\nHost x\r\n\r\n"),
+        400,
+        None,
+    );
     assert_eq!(get(&s, "/health").status, 200);
 }
 
@@ -99,9 +131,19 @@ fn api_key_is_required_when_set() {
     let body = chat_body("hi", 1, 1);
     let r = post(&s, "/v1/chat/completions", &body);
     assert_error(&r, 401, None);
-    let r = post_with(&s, "/v1/chat/completions", &["Authorization: Bearer wrong"], &body);
+    let r = post_with(
+        &s,
+        "/v1/chat/completions",
+        &["Authorization: Bearer wrong"],
+        &body,
+    );
     assert_error(&r, 401, None);
-    let r = post_with(&s, "/v1/chat/completions", &["Authorization: Bearer sekrit"], &body);
+    let r = post_with(
+        &s,
+        "/v1/chat/completions",
+        &["Authorization: Bearer sekrit"],
+        &body,
+    );
     assert_eq!(r.status, 200, "{}", r.text());
     assert_error(&get(&s, "/v1/models"), 401, None);
     // health stays open (load balancers probe it)

@@ -8,7 +8,11 @@ use std::io::{Read, Write};
 fn bodies() -> Vec<Value> {
     (0..8u64)
         .map(|i| {
-            let mut b = chat_body(&format!("Prompt number {i}: {}", "more ".repeat(i as usize)), 3 + 2 * i, 100 + i);
+            let mut b = chat_body(
+                &format!("Prompt number {i}: {}", "more ".repeat(i as usize)),
+                3 + 2 * i,
+                100 + i,
+            );
             if i % 3 == 0 {
                 b["stream"] = json!(true);
             }
@@ -38,7 +42,12 @@ fn eight_concurrent_clients_each_get_their_solo_reply() {
     // solo: one at a time on an idle server
     let solo: Vec<Value> = bodies
         .iter()
-        .map(|b| essence(&post(&s, "/v1/chat/completions", b), b["stream"] == json!(true)))
+        .map(|b| {
+            essence(
+                &post(&s, "/v1/chat/completions", b),
+                b["stream"] == json!(true),
+            )
+        })
         .collect();
     // together: 8 clients at once, 4 slots (the others queue and join as slots free)
     let together: Vec<Value> = std::thread::scope(|sc| {
@@ -46,7 +55,12 @@ fn eight_concurrent_clients_each_get_their_solo_reply() {
             .iter()
             .map(|b| {
                 let s = &s;
-                sc.spawn(move || essence(&post(s, "/v1/chat/completions", b), b["stream"] == json!(true)))
+                sc.spawn(move || {
+                    essence(
+                        &post(s, "/v1/chat/completions", b),
+                        b["stream"] == json!(true),
+                    )
+                })
             })
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()

@@ -53,12 +53,22 @@ fn chat_stream_concatenates_to_the_whole_reply_and_seeds_repeat() {
         u["total_tokens"].as_u64(),
         Some(u["prompt_tokens"].as_u64().unwrap() + 12)
     );
-    assert!(u["completion_tokens_details"]["reasoning_tokens"].as_u64().unwrap() <= 12);
+    assert!(
+        u["completion_tokens_details"]["reasoning_tokens"]
+            .as_u64()
+            .unwrap()
+            <= 12
+    );
     assert_eq!(a["choices"][0]["finish_reason"], "length");
     // the same seed twice: the same reply (cached_tokens aside)
     let b = post(&s, "/v1/chat/completions", &body).json();
     assert_eq!(comparable(a.clone()), comparable(b.clone()));
-    assert!(b["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap() > 0);
+    assert!(
+        b["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
     // streamed: role chunk first, deltas concatenate to the whole reply, usage at the end
     let mut sb = body.clone();
     sb["stream"] = json!(true);
@@ -80,7 +90,12 @@ fn chat_stream_concatenates_to_the_whole_reply_and_seeds_repeat() {
     whole["prompt_tokens_details"] = json!(null);
     assert_eq!(usage, whole);
     // another seed: (almost surely) another reply
-    let c = post(&s, "/v1/chat/completions", &chat_body("Tell me a story.", 12, 43)).json();
+    let c = post(
+        &s,
+        "/v1/chat/completions",
+        &chat_body("Tell me a story.", 12, 43),
+    )
+    .json();
     assert_ne!(comparable(a), comparable(c));
 }
 
@@ -110,7 +125,10 @@ fn completion_text_equals_k3_run_on_the_same_ids() {
     assert_eq!(v["usage"]["prompt_tokens"], 5);
     assert_eq!(v["usage"]["completion_tokens"], 9);
     let want = k3_run_text("19180,2695,11,1008,10484", 9);
-    assert_eq!(v["choices"][0]["text"].as_str().unwrap(), want.trim_end_matches('\n'));
+    assert_eq!(
+        v["choices"][0]["text"].as_str().unwrap(),
+        want.trim_end_matches('\n')
+    );
     // streamed text deltas add up to the same text
     let mut sb = body.clone();
     sb["stream"] = json!(true);
@@ -132,7 +150,10 @@ fn completion_text_equals_k3_run_on_the_same_ids() {
     )
     .json();
     let want = k3_run_text("19180,2695", 4);
-    assert_eq!(t["choices"][0]["text"].as_str().unwrap(), want.trim_end_matches('\n'));
+    assert_eq!(
+        t["choices"][0]["text"].as_str().unwrap(),
+        want.trim_end_matches('\n')
+    );
 }
 
 /// A reply with reasoning, content and one tool call (`get_weather`, city Paris), then
@@ -165,20 +186,31 @@ fn tool_calls_round_trip_and_reuse_the_prefix() {
     let call = &m["tool_calls"][0];
     assert_eq!(call["type"], "function");
     assert_eq!(call["function"]["name"], "get_weather");
-    let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    let args: Value =
+        serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
     assert_eq!(args, json!({"city": "Paris"}));
     let id = call["id"].as_str().unwrap().to_string();
     assert!(id.starts_with("call_"));
     assert_eq!(v["usage"]["completion_tokens"], 56);
-    assert_eq!(v["usage"]["completion_tokens_details"]["reasoning_tokens"], 4);
+    assert_eq!(
+        v["usage"]["completion_tokens_details"]["reasoning_tokens"],
+        4
+    );
     // reproducible: the same request gives the same call id
     let again = post(&s, "/v1/chat/completions", &body).json();
-    assert_eq!(again["choices"][0]["message"]["tool_calls"][0]["id"], id.as_str());
+    assert_eq!(
+        again["choices"][0]["message"]["tool_calls"][0]["id"],
+        id.as_str()
+    );
     // streamed: the call arrives whole in one delta with its index
     let mut sb = body.clone();
     sb["stream"] = json!(true);
-    let (reasoning, content, calls, finish, _) = concat_stream(&post(&s, "/v1/chat/completions", &sb));
-    assert_eq!((reasoning.as_str(), content.as_str(), finish.as_str()), ("Let me check.", "Checking.", "tool_calls"));
+    let (reasoning, content, calls, finish, _) =
+        concat_stream(&post(&s, "/v1/chat/completions", &sb));
+    assert_eq!(
+        (reasoning.as_str(), content.as_str(), finish.as_str()),
+        ("Let me check.", "Checking.", "tool_calls")
+    );
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0]["index"], 0);
     assert_eq!(calls[0]["id"], id.as_str());
@@ -194,15 +226,24 @@ fn tool_calls_round_trip_and_reuse_the_prefix() {
     ]});
     let f = post(&s, "/v1/chat/completions", &follow);
     assert_eq!(f.status, 200, "{}", f.text());
-    let cached = f.json()["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+    let cached = f.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
     // the whole first prompt: its prompt_tokens and the 3 ids of the stub
     // `<|open|>think<|sep|>`, which the follow-up's assistant message starts with too
-    assert_eq!(cached, prompt_tokens + 3, "the follow-up reuses the first prompt");
+    assert_eq!(
+        cached,
+        prompt_tokens + 3,
+        "the follow-up reuses the first prompt"
+    );
 }
 
 #[test]
 fn stop_strings_end_the_content_and_are_not_returned() {
-    let s = start(&[], &[("K3_TEST_FORCE_IDS", TOOL_REPLY)]);
+    let s = start(
+        &["--prefill-chunk", "8"],
+        &[("K3_TEST_FORCE_IDS", TOOL_REPLY)],
+    );
     let body = json!({"model": MODEL, "messages": [{"role": "user", "content": "x"}],
                       "stop": ["king"], "seed": 1});
     let v = post(&s, "/v1/chat/completions", &body).json();
@@ -215,6 +256,10 @@ fn stop_strings_end_the_content_and_are_not_returned() {
     sb["stream"] = json!(true);
     let (_, content, _, finish, _) = concat_stream(&post(&s, "/v1/chat/completions", &sb));
     assert_eq!((content.as_str(), finish.as_str()), ("Chec", "stop"));
+    // a new prompt streamed: its prefill (8 positions a chunk) shows as SSE comment lines
+    sb["messages"] = json!([{"role": "user", "content": "another prompt"}]);
+    let r = post(&s, "/v1/chat/completions", &sb);
+    assert!(r.text().contains("\n: prefill 8/"), "{}", r.text());
 }
 
 #[test]
@@ -224,7 +269,10 @@ fn logprobs_of_the_chosen_ids() {
     body["logprobs"] = json!(true);
     body["top_logprobs"] = json!(3);
     let v = post(&s, "/v1/chat/completions", &body).json();
-    let lp = v["choices"][0]["logprobs"]["content"].as_array().unwrap().clone();
+    let lp = v["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .unwrap()
+        .clone();
     assert_eq!(lp.len(), 4);
     for e in &lp {
         let x = e["logprob"].as_f64().unwrap();
@@ -232,7 +280,9 @@ fn logprobs_of_the_chosen_ids() {
         let top = e["top_logprobs"].as_array().unwrap();
         assert_eq!(top.len(), 3);
         let t0 = top[0]["logprob"].as_f64().unwrap();
-        assert!(top.windows(2).all(|w| w[0]["logprob"].as_f64() >= w[1]["logprob"].as_f64()));
+        assert!(top
+            .windows(2)
+            .all(|w| w[0]["logprob"].as_f64() >= w[1]["logprob"].as_f64()));
         assert!(x <= t0);
         assert!(e["bytes"].is_array());
     }
@@ -252,8 +302,20 @@ fn logprobs_of_the_chosen_ids() {
 fn cors_only_when_asked() {
     let s = start(&["--cors", "http://localhost:3000"], &[]);
     let r = get(&s, "/v1/models");
-    assert_eq!(r.header("access-control-allow-origin"), Some("http://localhost:3000"));
-    let o = request(&s, "OPTIONS", "/v1/chat/completions", &["Origin: http://localhost:3000"], b"");
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("http://localhost:3000")
+    );
+    let o = request(
+        &s,
+        "OPTIONS",
+        "/v1/chat/completions",
+        &["Origin: http://localhost:3000"],
+        b"",
+    );
     assert_eq!(o.status, 204);
-    assert!(o.header("access-control-allow-methods").unwrap().contains("POST"));
+    assert!(o
+        .header("access-control-allow-methods")
+        .unwrap()
+        .contains("POST"));
 }

@@ -96,12 +96,8 @@ impl Reply {
             .map(|(_, v)| v.as_str())
     }
     pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
-            panic!(
-                "not JSON ({e}): {}",
-                String::from_utf8_lossy(&self.body)
-            )
-        })
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
     }
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
@@ -234,16 +230,28 @@ pub fn comparable(mut v: Value) -> Value {
 
 /// The message a stream's deltas add up to: `(reasoning, content, tool_calls, finish_reason)`.
 pub fn concat_stream(r: &Reply) -> (String, String, Vec<Value>, String, Option<Value>) {
-    let (mut reasoning, mut content, mut calls, mut finish, mut usage) =
-        (String::new(), String::new(), Vec::new(), String::new(), None);
+    let (mut reasoning, mut content, mut calls, mut finish, mut usage) = (
+        String::new(),
+        String::new(),
+        Vec::new(),
+        String::new(),
+        None,
+    );
     let events = r.events();
-    assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{}", r.text());
+    assert_eq!(
+        events.last().map(String::as_str),
+        Some("[DONE]"),
+        "{}",
+        r.text()
+    );
     for e in &events[..events.len() - 1] {
         let v: Value = serde_json::from_str(e).expect("chunk JSON");
         if let Some(u) = v.get("usage") {
             usage = Some(u.clone());
         }
-        let Some(c) = v["choices"].get(0) else { continue };
+        let Some(c) = v["choices"].get(0) else {
+            continue;
+        };
         let d = &c["delta"];
         reasoning += d["reasoning_content"].as_str().unwrap_or("");
         content += d["content"].as_str().unwrap_or("");
