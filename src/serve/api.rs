@@ -361,7 +361,7 @@ fn check_fields(o: &Object, accepted: &[&str]) -> Result<(), ApiError> {
     for k in ["frequency_penalty", "presence_penalty"] {
         if let Some(v) = o.get(k).filter(|v| !v.is_null()) {
             match v.as_number().map(|n| n.as_f64()) {
-                Some(x) if x == 0.0 => {}
+                Some(0.0) => {}
                 Some(_) => return Err(ApiError::invalid(
                     k,
                     "not supported (k3 samples exactly as ENGINE.md §8); give 0 or leave it out",
