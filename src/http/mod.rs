@@ -142,9 +142,24 @@ impl std::error::Error for HttpError {}
 /// "param":null,"code":null}}`, with `message` escaped as a JSON string (RFC 8259 §7; a
 /// local escaper: this module does not use `json`).
 pub fn error_body(message: &str) -> String {
+    error_json(message, "invalid_request_error")
+}
+
+/// [`error_body`] with another `type` (`server_error` for a 500); both strings escaped.
+pub fn error_json(message: &str, error_type: &str) -> String {
     let mut out = String::with_capacity(message.len() + 96);
-    out.push_str("{\"error\":{\"message\":\"");
-    for c in message.chars() {
+    out.push_str("{\"error\":{\"message\":");
+    push_json_string(&mut out, message);
+    out.push_str(",\"type\":");
+    push_json_string(&mut out, error_type);
+    out.push_str(",\"param\":null,\"code\":null}}");
+    out
+}
+
+/// Appends `s` as a JSON string literal (RFC 8259 §7: `\"`, `\\`, short escapes, `\u00XX`).
+fn push_json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
@@ -157,8 +172,7 @@ pub fn error_body(message: &str) -> String {
             c => out.push(c),
         }
     }
-    out.push_str("\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}");
-    out
+    out.push('"');
 }
 
 #[cfg(test)]
@@ -167,6 +181,10 @@ mod tests {
 
     #[test]
     fn error_body_escapes() {
+        assert_eq!(
+            error_json("m", "server_\"error"),
+            "{\"error\":{\"message\":\"m\",\"type\":\"server_\\\"error\",\"param\":null,\"code\":null}}"
+        );
         assert_eq!(
             error_body("a \"b\"\\\n\u{1}"),
             "{\"error\":{\"message\":\"a \\\"b\\\"\\\\\\n\\u0001\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}"

@@ -223,23 +223,24 @@ impl RequestParser {
     }
 }
 
-/// The next line of `buf` from `pos`: its bytes without the line end, and where the next line
-/// starts; `None` when no LF follows yet. A CR other than right before the LF is 400.
-fn next_line(buf: &[u8], pos: usize) -> Result<Option<(&[u8], usize)>, HttpError> {
-    let Some(lf) = memchr::memchr(b'\n', &buf[pos..]) else {
-        return Ok(None);
-    };
-    let mut line = &buf[pos..pos + lf];
-    if let [rest @ .., b'\r'] = line {
-        line = rest;
-    }
+/// The next line of `buf` from `pos`: its bytes up to the LF (a CR before it included), and
+/// where the next line starts; `None` when no LF follows yet. Limits are checked on these
+/// bytes before [`strip_cr`] looks inside, so a refusal does not depend on how input is split.
+fn next_line(buf: &[u8], pos: usize) -> Option<(&[u8], usize)> {
+    let lf = memchr::memchr(b'\n', &buf[pos..])?;
+    Some((&buf[pos..pos + lf], pos + lf + 1))
+}
+
+/// A line without its CR; a CR anywhere else is 400.
+fn strip_cr(raw: &[u8]) -> Result<&[u8], HttpError> {
+    let line = raw.strip_suffix(b"\r").unwrap_or(raw);
     if memchr::memchr(b'\r', line).is_some() {
         return Err(HttpError::new(
             400,
-            "a bare CR inside a line of the request head",
+            "a bare CR inside a line of the request",
         ));
     }
-    Ok(Some((line, pos + lf + 1)))
+    Ok(line)
 }
 
 /// Reads the head's complete lines from `*pos` into `head`; `Some(end)` (the first body byte)
@@ -253,17 +254,16 @@ fn head_lines(
     loop {
         if head.version.is_none() {
             // The request line: its own length bound (414) applies before the head's (431).
-            let rest = &buf[*pos..];
-            let len = memchr::memchr(b'\n', rest).unwrap_or(rest.len());
-            if len > MAX_REQUEST_LINE {
+            if line_len(buf, *pos) > MAX_REQUEST_LINE {
                 return Err(HttpError::new(
                     414,
                     format!("request line longer than {MAX_REQUEST_LINE} bytes"),
                 ));
             }
         }
-        let Some((line, next)) = next_line(buf, *pos)? else {
-            if buf.len() > max {
+        let Some((line, next)) = next_line(buf, *pos) else {
+            // An unfinished request line is bounded by 414 alone, whatever the split.
+            if head.version.is_some() && buf.len() > max {
                 return Err(too_large_head(max));
             }
             return Ok(None);
@@ -271,6 +271,7 @@ fn head_lines(
         if next > max {
             return Err(too_large_head(max));
         }
+        let line = strip_cr(line)?;
         *pos = next;
         if head.version.is_none() {
             if !line.is_empty() {
@@ -519,16 +520,16 @@ fn chunked(
     loop {
         match *chunk {
             Chunk::Size => {
-                let Some((line, next)) = next_line(buf, *pos)? else {
-                    if buf.len() - *pos > MAX_CHUNK_LINE {
-                        return Err(HttpError::new(
-                            400,
-                            format!("chunk-size line longer than {MAX_CHUNK_LINE} bytes"),
-                        ));
-                    }
+                if line_len(buf, *pos) > MAX_CHUNK_LINE {
+                    return Err(HttpError::new(
+                        400,
+                        format!("chunk-size line longer than {MAX_CHUNK_LINE} bytes"),
+                    ));
+                }
+                let Some((line, next)) = next_line(buf, *pos) else {
                     return Ok(false);
                 };
-                let size = chunk_size(line, body.len(), limits.1)?;
+                let size = chunk_size(strip_cr(line)?, body.len(), limits.1)?;
                 *pos = next;
                 *chunk = if size == 0 {
                     Chunk::Trailer(0)
@@ -558,7 +559,7 @@ fn chunked(
                 *chunk = Chunk::Size;
             }
             Chunk::Trailer(bytes) => {
-                let Some((line, next)) = next_line(buf, *pos)? else {
+                let Some((line, next)) = next_line(buf, *pos) else {
                     if bytes + buf.len() - *pos > limits.0 {
                         return Err(too_large_trailer(limits.0));
                     }
@@ -568,6 +569,7 @@ fn chunked(
                 if bytes > limits.0 {
                     return Err(too_large_trailer(limits.0));
                 }
+                let line = strip_cr(line)?;
                 *pos = next;
                 if line.is_empty() {
                     return Ok(true);
@@ -577,6 +579,11 @@ fn chunked(
             }
         }
     }
+}
+
+/// Bytes from `pos` to the next LF (or to the end of `buf`).
+fn line_len(buf: &[u8], pos: usize) -> usize {
+    memchr::memchr(b'\n', &buf[pos..]).unwrap_or(buf.len() - pos)
 }
 
 fn too_large_trailer(max: usize) -> HttpError {

@@ -9,7 +9,7 @@
 //! `Date` header is sent (RFC 9110 §6.6.1 lets a server without a reliable clock omit it).
 
 use super::request::is_tchar;
-use super::{Request, Version};
+use super::{Request, Shutdown, Version};
 use std::io::{self, Write};
 use std::net::TcpStream;
 
@@ -124,20 +124,34 @@ pub struct Responder<'a> {
     version: Version,
     head_only: bool,
     keep_alive: bool,
+    shutdown: Option<&'a Shutdown>,
     sent: Sent,
 }
 
 impl<'a> Responder<'a> {
     /// A responder for `req` over `conn`; `keep_alive` is whether the connection may stay
-    /// open afterwards (the request's wish and the server's state).
-    pub(crate) fn new(conn: &'a mut dyn Conn, req: &Request, keep_alive: bool) -> Responder<'a> {
+    /// open afterwards (the request's wish), unless `shutdown` is requested before the
+    /// response starts.
+    pub(crate) fn new(
+        conn: &'a mut dyn Conn,
+        req: &Request,
+        keep_alive: bool,
+        shutdown: Option<&'a Shutdown>,
+    ) -> Responder<'a> {
         Responder {
             conn,
             version: req.version,
             head_only: req.method == "HEAD",
             keep_alive,
+            shutdown,
             sent: Sent::Nothing,
         }
+    }
+
+    /// A responder for `req` that writes into `out` (for tests of handlers: `out` then holds
+    /// the response bytes exactly as a client would read them; the client never disconnects).
+    pub fn buffered(out: &'a mut Vec<u8>, req: &Request) -> Responder<'a> {
+        Responder::new(out, req, req.keep_alive(), None)
     }
 
     /// Sends `resp` with `Content-Length`. Errors: a second response (`AlreadyExists`), an
@@ -145,7 +159,7 @@ impl<'a> Responder<'a> {
     pub fn send(&mut self, resp: Response) -> io::Result<()> {
         self.check_unsent()?;
         let bodiless = resp.status < 200 || resp.status == 204 || resp.status == 304;
-        let close = !self.keep_alive || wants_close(&resp.headers);
+        let close = !self.may_keep() || wants_close(&resp.headers);
         let mut out = head(resp.status, &resp.headers, close, self.version)?;
         if !bodiless {
             out.extend_from_slice(format!("Content-Length: {}\r\n", resp.body.len()).as_bytes());
@@ -171,7 +185,7 @@ impl<'a> Responder<'a> {
     ) -> io::Result<Stream<'_>> {
         self.check_unsent()?;
         let chunked = self.version == Version::Http11;
-        let close = !self.keep_alive || !chunked || wants_close(&headers);
+        let close = !self.may_keep() || !chunked || wants_close(&headers);
         let mut out = head(status, &headers, close, self.version)?;
         if chunked {
             out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
@@ -188,6 +202,7 @@ impl<'a> Responder<'a> {
             head_only,
             close,
             finished: false,
+            failed: false,
         })
     }
 
@@ -204,6 +219,10 @@ impl<'a> Responder<'a> {
     /// Whether the connection may carry another request after this response.
     pub(crate) fn reusable(&self) -> bool {
         self.sent == Sent::Complete
+    }
+
+    fn may_keep(&self) -> bool {
+        self.keep_alive && !self.shutdown.is_some_and(Shutdown::requested)
     }
 
     fn check_unsent(&self) -> io::Result<()> {
@@ -226,14 +245,18 @@ pub struct Stream<'a> {
     head_only: bool,
     close: bool,
     finished: bool,
+    /// A write failed: the body is cut mid-chunk, nothing more may be sent.
+    failed: bool,
 }
 
 impl Stream<'_> {
     /// Sends `b` as one chunk and flushes it (an empty `b` sends nothing). Errors: the client
     /// has closed the connection (`ConnectionAborted`, checked before writing) or a write
-    /// failed or timed out; the stream is then dead, stop producing for it.
+    /// failed or timed out ([`crate::http::Limits::write_timeout`]: a client that stopped
+    /// reading); the stream is then dead and every later call fails too.
     pub fn chunk(&mut self, b: &[u8]) -> io::Result<()> {
-        if self.conn.peer_closed() {
+        if self.failed || self.conn.peer_closed() {
+            self.failed = true;
             return Err(io::Error::new(
                 io::ErrorKind::ConnectionAborted,
                 "the client closed the connection",
@@ -250,8 +273,9 @@ impl Stream<'_> {
         if self.chunked {
             out.extend_from_slice(b"\r\n");
         }
-        self.conn.write_all(&out)?;
-        self.conn.flush()
+        let written = self.conn.write_all(&out).and_then(|()| self.conn.flush());
+        self.failed = written.is_err();
+        written
     }
 
     /// Whether the client has closed the connection.
@@ -259,8 +283,15 @@ impl Stream<'_> {
         self.conn.peer_closed()
     }
 
-    /// Ends the body (the last, empty chunk). Errors: a failed write.
+    /// Ends the body (the last, empty chunk). Errors: a failed write, now or in an earlier
+    /// [`Stream::chunk`].
     pub fn finish(mut self) -> io::Result<()> {
+        if self.failed {
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the stream failed earlier",
+            ));
+        }
         self.finished = true;
         if self.chunked && !self.head_only {
             self.conn.write_all(b"0\r\n\r\n")?;

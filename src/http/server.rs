@@ -54,6 +54,8 @@ pub trait Handler: Send + Sync + 'static {
 #[derive(Clone, Debug, Default)]
 pub struct Shutdown {
     flag: Arc<AtomicBool>,
+    /// A process-wide flag also watched (set by a signal handler).
+    global: Option<&'static AtomicBool>,
 }
 
 impl Shutdown {
@@ -62,9 +64,18 @@ impl Shutdown {
         Shutdown::default()
     }
 
-    /// A handle on an existing flag (e.g. one a signal handler sets).
+    /// A handle on an existing shared flag.
     pub fn with_flag(flag: Arc<AtomicBool>) -> Shutdown {
-        Shutdown { flag }
+        Shutdown { flag, global: None }
+    }
+
+    /// A handle that also counts as requested once `global` is true: a `static` a signal
+    /// handler sets (storing into an `AtomicBool` is async-signal-safe).
+    pub fn with_static(global: &'static AtomicBool) -> Shutdown {
+        Shutdown {
+            flag: Arc::default(),
+            global: Some(global),
+        }
     }
 
     /// Asks [`serve`] to stop accepting, let running requests finish and return.
@@ -74,7 +85,7 @@ impl Shutdown {
 
     /// Whether shutdown has been requested.
     pub fn requested(&self) -> bool {
-        self.flag.load(Ordering::SeqCst)
+        self.flag.load(Ordering::SeqCst) || self.global.is_some_and(|g| g.load(Ordering::SeqCst))
     }
 }
 
@@ -186,7 +197,7 @@ fn encode(resp: Response) -> Vec<u8> {
         body: Vec::new(),
         peer: SocketAddr::from(([0, 0, 0, 0], 0)),
     };
-    let _ = Responder::new(&mut out, &req, false).send(resp);
+    let _ = Responder::new(&mut out, &req, false, None).send(resp);
     out
 }
 
@@ -241,8 +252,7 @@ fn connection(
             }
             Err(Refusal::Io) => return,
         };
-        let keep_alive = req.keep_alive() && !shutdown.requested();
-        let mut out = Responder::new(&mut stream, &req, keep_alive);
+        let mut out = Responder::new(&mut stream, &req, req.keep_alive(), Some(shutdown));
         let panicked = catch_unwind(AssertUnwindSafe(|| handler.handle(&req, &mut out))).is_err();
         if !out.sent() {
             let why = if panicked {
@@ -250,7 +260,11 @@ fn connection(
             } else {
                 "the handler sent no response"
             };
-            let resp = Response::new(500, "application/json", super::error_body(why).into_bytes());
+            let resp = Response::new(
+                500,
+                "application/json",
+                super::error_json(why, "server_error").into_bytes(),
+            );
             let _ = out.send(resp.header("Connection", "close"));
         }
         if panicked || !out.reusable() {

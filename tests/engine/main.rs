@@ -15,6 +15,7 @@ mod cli;
 mod config;
 mod docs;
 mod generate;
+mod http;
 mod io;
 mod json;
 mod model;

@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::Instant;
 
 /// Every target in fuzz/Cargo.toml.
-pub const TARGETS: [&str; 8] = [
+pub const TARGETS: [&str; 9] = [
     "json",
     "config",
     "safetensors_header",
@@ -21,6 +21,7 @@ pub const TARGETS: [&str; 8] = [
     "state_file",
     "batch_input",
     "chat_reply",
+    "http_request",
 ];
 
 const DEFAULT_SECONDS: u64 = 30;
