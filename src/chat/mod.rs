@@ -6,6 +6,7 @@
 //! the crates.io crate `dynamo-renderer`, module `kimi_k3`); `tests/fixtures/chat/` pins
 //! its ids and says where k3 is stricter.
 
+pub mod conversation;
 pub mod jsontext;
 pub mod message;
 pub mod messages;

@@ -43,6 +43,7 @@ pub fn command_flags() -> Vec<(&'static str, Vec<String>)> {
         ("pack-trunk", long(super::pack_trunk::SPECS)),
         ("sim-cache", long(super::sim_cache::SPECS)),
         ("template", long(super::template::SPECS)),
+        ("chat", long(&super::chat::specs())),
         ("completions", vec!["--help".into()]),
         ("help", Vec::new()),
     ]

@@ -5,6 +5,7 @@ use crate::error::{Error, Result};
 use std::ffi::OsString;
 
 pub mod args;
+pub mod chat;
 pub mod completions;
 pub mod inspect;
 pub mod output;
@@ -26,6 +27,7 @@ usage:
   k3 inspect <model_dir> [--json]   config summary, layer map, tensor census, byte ledger
   k3 tokenize --tok DIR [--special] (--text T | --file F)
   k3 detokenize --tok DIR --ids 1,2,3
+  k3 chat <model_dir> [--system TEXT] [--tools FILE] [--thinking E|off]   a conversation
   k3 template --tok DIR --messages FILE [--tools FILE] [--thinking E|off]   chat-template ids
   k3 serve <model_dir> [--port N] [--host ADDR] [--api-key KEY] [--parallel N]
                                     OpenAI-compatible HTTP server on 127.0.0.1 (k3 help serve)
@@ -52,6 +54,7 @@ pub const SUBCOMMANDS: &[&str] = &[
     "pack-trunk",
     "sim-cache",
     "template",
+    "chat",
     "serve",
     "completions",
     "help",
@@ -100,6 +103,7 @@ fn dispatch(args: Vec<OsString>) -> Result<()> {
         "tokenize" => tokenize::run_tokenize(&args[1..]),
         "detokenize" => tokenize::run_detokenize(&args[1..]),
         "template" => template::run(&args[1..]),
+        "chat" => chat::run(&args[1..]),
         "--list-presets" => write_stdout(crate::plan::presets_text().as_bytes()),
         "--version" | "-V" => {
             write_stdout(format!("k3 {} ({})\n", crate::VERSION, crate::GIT_COMMIT).as_bytes())

@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 mod batch;
+pub(crate) mod chat_open;
 mod inputs;
 mod memory;
 mod serve;
@@ -192,12 +193,13 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
     let Some(a) = Args::parse_or_help(argv, SPECS, RUN_USAGE)? else {
         return Ok(None);
     };
-    request_of(a, "run").map(Some)
+    request_from_args(a, "run").map(Some)
 }
 
-/// The request of `cmd` (`run`, or `serve`, which takes no prompt and plans `--parallel`
-/// sequences without `--batch`) from its parsed flags.
-fn request_of(a: Args, cmd: &str) -> Result<Request> {
+/// The request of parsed arguments; `cmd` is `run`, `chat` (which has no prompt flags: its
+/// messages come from standard input or `--messages`) or `serve` (no prompt either; it plans
+/// `--parallel` sequences without `--batch`).
+fn request_from_args(a: Args, cmd: &str) -> Result<Request> {
     let serve = cmd == "serve";
     if a.positional.len() != 1 {
         return Err(Error::invalid(format!(
@@ -272,8 +274,7 @@ fn request_of(a: Args, cmd: &str) -> Result<Request> {
     let prompts = a.present(&["prompt", "prompt-file", "ids"]);
     let load_state = a.value_os("load-state").map(PathBuf::from);
     match (&batch, prompts.first()) {
-        _ if serve => {}
-        (None, None) if load_state.is_none() => {
+        (None, None) if load_state.is_none() && cmd == "run" => {
             return Err(Error::invalid(
                 "no prompt: give one of `--prompt TEXT`, `--prompt-file PATH`, `--ids 1,2,3`, `--batch FILE`",
             ))
@@ -545,19 +546,14 @@ fn execute(
         want_all,
     };
     let rp = plan_memory(&pi, rep)?;
-    // Pinning can read up to the whole trunk (109 GB at the released widths) before the first
-    // token: on a terminal, say how far it is (ENGINE.md §6).
-    let show_loading = !quiet && !req.no_progress && crate::io::sys::stderr_is_terminal();
-    let open = OpenOptions {
-        plan: &rp,
-        policy: &req.policy,
+    let bound = Bound {
+        index: &index,
+        census: &census,
+        prep: &prep,
         packed: packed.as_ref(),
-        trace: inp.trace.take(),
-        loaded: show_loading.then_some(super::progress::pinned_layers as fn(usize, usize, u64)),
+        rp: &rp,
     };
-    let run = Run::open(&index, &inp.cfg, &census, &prep, open, rep)?;
-    let mut sess = run.into_session(ex, req.chunk)?;
-    sess.full_recompute = req.full_recompute;
+    let mut sess = open_session(req, &mut inp, &bound, ex, rep)?;
     sess.tok = inp.tok.as_ref();
     rep.timing.load_seconds = t_load.elapsed().as_secs_f64();
     say(&rep.trunk_line());
@@ -601,6 +597,42 @@ fn execute(
         state::save(out, &seq, &id, generated_before, rep)?;
     }
     Ok(())
+}
+
+/// What a session is bound from: the index, census, layouts, packed trunk and plan.
+struct Bound<'a> {
+    index: &'a TensorIndex,
+    census: &'a Census,
+    prep: &'a bind::Prepared,
+    packed: Option<&'a (PackedTrunk, Arc<IoFile>)>,
+    rp: &'a crate::plan::RunPlan,
+}
+
+/// Binds the model as the plan says ([`Run::open`]) and makes it the session (computing with
+/// `ex`; `--full-recompute` set). Pinning can read up to the whole trunk (109 GB at the
+/// released widths) before the first token: on a terminal the progress says how far it is
+/// (ENGINE.md §6).
+///
+/// Errors: those of [`Run::open`] and [`Run::into_session`].
+fn open_session<'t>(
+    req: &Request,
+    inp: &mut Inputs,
+    b: &Bound<'_>,
+    ex: crate::model::Exec,
+    rep: &mut RunReport,
+) -> Result<crate::run::RunSession<'t>> {
+    let show_loading = !req.quiet && !req.no_progress && crate::io::sys::stderr_is_terminal();
+    let open = OpenOptions {
+        plan: b.rp,
+        policy: &req.policy,
+        packed: b.packed,
+        trace: inp.trace.take(),
+        loaded: show_loading.then_some(super::progress::pinned_layers as fn(usize, usize, u64)),
+    };
+    let run = Run::open(b.index, &inp.cfg, b.census, b.prep, open, rep)?;
+    let mut sess = run.into_session(ex, req.chunk)?;
+    sess.full_recompute = req.full_recompute;
+    Ok(sess)
 }
 
 /// The `--trunk` packed trunk, validated against the checkpoint (exit 2).

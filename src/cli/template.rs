@@ -118,7 +118,7 @@ fn is_stdin(path: &Path) -> bool {
 }
 
 /// How errors name an input: its path, or `standard input` for `-`.
-fn label(path: &Path) -> String {
+pub(crate) fn label(path: &Path) -> String {
     if is_stdin(path) {
         "standard input".to_string()
     } else {
@@ -128,7 +128,7 @@ fn label(path: &Path) -> String {
 
 /// Reads a JSON file (`-`: standard input); with `request`, a parse error also names the
 /// field it stopped in.
-fn read_json(path: &Path, request: bool) -> Result<Value> {
+pub(crate) fn read_json(path: &Path, request: bool) -> Result<Value> {
     let bytes = super::tokenize::read_file(path)?;
     let name = label(path);
     crate::json::parse(&bytes).map_err(|e| {

@@ -86,7 +86,7 @@ pub(super) fn largest_ctx(c: &PlanInputs<'_>, max_positions: usize) -> Option<us
 /// The sizes the planner needs for `par` sequences decoding together (each with its KDA
 /// state and MLA cache for `positions`; a step's forward over `par` rows), plus the run's
 /// snapshot slots (each planned as one more sequence: a snapshot holds at most that).
-fn model_sizes(c: &PlanInputs<'_>, par: usize, positions: usize) -> ModelSizes {
+pub(super) fn model_sizes(c: &PlanInputs<'_>, par: usize, positions: usize) -> ModelSizes {
     let (req, inp, prep) = (c.req, c.inp, c.prep);
     ModelSizes::for_run(
         &inp.d,
@@ -115,7 +115,8 @@ fn parallel_shortfall(
     e: Error,
 ) -> Error {
     let par = req.parallel;
-    if par <= 1 || e.exit_code() != 3 {
+    // only --batch has a --parallel to blame (chat plans its live sequence and a snapshot)
+    if par <= 1 || e.exit_code() != 3 || req.batch.is_none() {
         return e;
     }
     // the largest fitting N, by bisection (fitting is monotone in N)

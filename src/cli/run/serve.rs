@@ -5,7 +5,7 @@
 
 use super::inputs::{check_inputs, compute, Inputs};
 use super::memory::{largest_ctx, plan_memory, PlanInputs};
-use super::{open_packed, request_of, Request};
+use super::{open_packed, request_from_args, Request};
 use crate::bind::streamed::{self as bind, Prepared};
 use crate::census::Census;
 use crate::checkpoint::TensorIndex;
@@ -120,7 +120,7 @@ pub(crate) fn prepare_serve(
     parallel: usize,
     snapshots: Option<usize>,
 ) -> Result<ServePrepared> {
-    let mut req = request_of(a, "serve")?;
+    let mut req = request_from_args(a, "serve")?;
     req.parallel = parallel;
     req.snapshots = snapshots;
     req.gen = 0;

@@ -49,6 +49,32 @@ impl Sequence {
         self.released.clear();
         Ok(())
     }
+
+    /// Makes the sequence hold `ids` with nothing run: the next
+    /// [`Session::prefill`](super::Session::prefill) runs them all from a fresh decode state
+    /// (a conversation re-encoded by `/think`, or undone past its held snapshot). The same
+    /// ids give the same logits as before (ENGINE.md §9), only the work is done again. The
+    /// running logits hash starts afresh; the capacity, sampler settings and stop rules stay.
+    pub fn rewind(&mut self, ids: &[u32]) {
+        self.ids = ids.to_vec();
+        self.prompt_len = ids.len();
+        // KDA state and conv history start from zero; the MLA rows need no clearing: a
+        // position's row is written before any read of it (all of `reset` would touch
+        // every row of the context)
+        self.state.n_pos = 0;
+        for l in &mut self.state.layers {
+            if let crate::model::state::LayerState::Kda(k) = l {
+                k.st.fill(0.0);
+                k.conv.fill(0.0);
+            }
+        }
+        self.hash = k3_kernels::Fnv1a64::new();
+        self.hashed = 0;
+        self.logits.clear();
+        self.pending = None;
+        self.stop = None;
+        self.released.clear();
+    }
 }
 
 impl Sequence {

@@ -1,0 +1,415 @@
+//! `k3 chat <model_dir> [run options]` (ENGINE.md §9, TOKENIZER.md §10–§13): a conversation
+//! on the terminal, or scripted through a pipe. The conversation logic is the library's
+//! [`Conversation`]; this module reads the flags and the input, shows the answers
+//! ([`display`]) and keeps the files (`--history`, `/save`, `/load`: [`files`]).
+
+use super::args::{Args, Spec};
+use crate::chat::conversation::transcript::{parse_thinking, thinking_name};
+use crate::chat::conversation::{tool_message, user_message, Conversation, ConversationOptions};
+use crate::chat::{Message, Request, Role};
+use crate::error::{Error, ErrorKind, Result};
+use crate::json::Value;
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+mod display;
+mod files;
+mod input;
+
+use display::Display;
+use files::History;
+use input::{Entry, Reader};
+
+/// Chat's own flags.
+const CHAT_SPECS: &[Spec] = &[
+    Spec::Value("system"),
+    Spec::Value("system-file"),
+    Spec::Value("tools"),
+    Spec::Value("thinking"),
+    Spec::Value("max-reply"),
+    Spec::Value("history"),
+    Spec::Value("messages"),
+];
+
+/// The run options chat takes (memory, compute, sampling, the context), as the run spells them.
+const RUN_FLAGS: &[&str] = &[
+    "ctx",
+    "tok",
+    "config",
+    "preset",
+    "mem-gb",
+    "trunk",
+    "trunk-gb",
+    "trunk-ring",
+    "cache-gb",
+    "prefill-chunk",
+    "cache-policy",
+    "temperature",
+    "top-p",
+    "top-k",
+    "min-p",
+    "seed",
+    "threads",
+    "isa",
+    "layers",
+    "quiet",
+    "no-progress",
+    "help",
+];
+
+/// Every flag `k3 chat` accepts: its own, then the run options it shares.
+pub(crate) fn specs() -> Vec<Spec> {
+    let run = super::run::SPECS
+        .iter()
+        .filter(|s| RUN_FLAGS.contains(&s.name()));
+    CHAT_SPECS.iter().chain(run).copied().collect()
+}
+
+const USAGE: &str = "\
+usage: k3 chat <model_dir> [options]
+  A conversation in the model's chat template (docs/cli.md#k3-chat): each turn prefills only
+  its new ids. On a terminal type messages (/help for the commands, Ctrl-D leaves); from a
+  pipe every line is a message, answered in turn, and k3 exits at the end of input.
+  --system TEXT | --system-file PATH   the system prompt
+  --tools FILE         a JSON array of tools; the model's calls are printed as JSON lines and
+                       the next line (or /result FILE) is the tool's result
+  --thinking EFFORT|off   thinking effort low, high or max (default max), or off
+  --max-reply N        ids per answer at most (default: until the end of turn or the context)
+  --messages FILE      start from a conversation (an array of messages or a request body) and
+                       answer it
+  --history FILE       append every message as a JSON line (role, content, reasoning,
+                       tool calls, ids, seconds)
+  --ctx N              positions of the conversation (default: the largest that fits, printed)
+  --temperature T, --top-p P, --top-k K, --min-p M   sampling (default: generation_config.json,
+                       else 1.0, 0.95, 0 off; min-p 0);  --seed S  (default: from the OS, printed)
+  --tok DIR, --config PATH, --preset NAME, --mem-gb X, --trunk DIR, --trunk-gb X,
+  --trunk-ring N, --cache-gb X, --cache-policy NAME, --prefill-chunk N, --threads N,
+  --isa NAME, --layers N   as for a run (k3 help run)
+  --quiet, --no-progress   no plan lines / no live line
+";
+
+/// The chat's own flags, checked before the model is opened.
+struct ChatFlags {
+    req: Request,
+    max_reply: Option<u64>,
+    history: Option<History>,
+    /// `--messages` was given: answer it first.
+    answer_first: bool,
+}
+
+/// Reads `--system`/`--system-file`, `--messages`, `--tools`, `--thinking`, `--max-reply`
+/// and `--history` (exit 2 naming the flag, the file, the message index and field).
+fn chat_flags(a: &Args) -> Result<ChatFlags> {
+    if a.value_os("system").is_some() && a.value_os("system-file").is_some() {
+        return Err(Error::invalid(
+            "flags `--system` and `--system-file`: give one system prompt",
+        ));
+    }
+    let system = match a.value_os("system-file") {
+        Some(p) => {
+            let p = PathBuf::from(p);
+            let bytes = super::tokenize::read_file(&p)?;
+            Some(String::from_utf8(bytes).map_err(|e| {
+                Error::invalid(format!(
+                    "flag `--system-file {}`: not UTF-8 (invalid byte at offset {})",
+                    p.display(),
+                    e.utf8_error().valid_up_to()
+                ))
+            })?)
+        }
+        None => a.value("system")?,
+    };
+    let messages = a.value_os("messages").map(PathBuf::from);
+    let mut req = match &messages {
+        Some(p) => {
+            let body = super::template::read_json(p, true)?;
+            Request::from_json(&body).map_err(|e| e.context(super::template::label(p)))?
+        }
+        None => Request::from_json(&Value::Array(Vec::new()))?,
+    };
+    if let Some(s) = system {
+        req.messages.insert(0, system_message(&s));
+    }
+    if let Some(p) = a.value_os("tools").map(PathBuf::from) {
+        let tools = super::template::read_json(&p, false)?;
+        req.set_tools(tools)
+            .map_err(|e| e.context(super::template::label(&p)))?;
+    }
+    if let Some(t) = a.value("thinking")? {
+        let t = parse_thinking(&t).ok_or_else(|| {
+            Error::invalid(format!(
+                "flag `--thinking {t}`: unsupported value (expected low, high, max or off)"
+            ))
+        })?;
+        req.set_thinking(t);
+    }
+    let max_reply = a.parsed::<u64>("max-reply", "a positive integer")?;
+    if max_reply == Some(0) {
+        return Err(Error::invalid("flag `--max-reply 0`: must be at least 1"));
+    }
+    let history = match a.value_os("history") {
+        Some(p) => Some(History::open(&PathBuf::from(p))?),
+        None => None,
+    };
+    Ok(ChatFlags {
+        req,
+        max_reply,
+        history,
+        answer_first: messages.is_some(),
+    })
+}
+
+fn system_message(text: &str) -> Message {
+    let mut m = user_message(text);
+    m.role = Role::System;
+    m
+}
+
+/// Runs `k3 chat`. Errors: bad flags or input files (exit 2), the plan (exit 3), a failed
+/// read (exit 4); with piped input also a turn's error (a turn past the context: exit 3, or
+/// 2 with an explicit `--ctx`); interactively a turn's error is a line and the chat goes on.
+pub fn run(argv: &[OsString]) -> Result<()> {
+    let Some(a) = Args::parse_or_help(argv, &specs(), USAGE)? else {
+        return Ok(());
+    };
+    let flags = chat_flags(&a)?;
+    let mut model = super::run::chat_open::open(a)?;
+    let opts = ConversationOptions {
+        settings: model.settings,
+        ctx: model.ctx,
+        max_reply: flags.max_reply,
+        end_ids: model.end_ids.clone(),
+        vocab: model.vocab,
+    };
+    let interactive = std::io::stdin().is_terminal();
+    let quiet = model.quiet;
+    let s = &model.settings;
+    if model.seed_from_os && !quiet {
+        crate::sayln!(
+            "seed: {} (from the OS; give --seed {} to repeat this chat)",
+            s.seed,
+            s.seed
+        );
+    }
+    if !quiet {
+        crate::sayln!(
+            "chat: thinking {}, context {} positions, temperature {}, top-p {}, top-k {}, min-p {}",
+            thinking_name(flags.req.thinking),
+            model.ctx,
+            s.temperature,
+            s.top_p,
+            s.top_k,
+            s.min_p
+        );
+    }
+    if interactive {
+        crate::io::signal::catch_interrupt();
+        crate::sayln!("type a message; /help for the commands, Ctrl-D to leave");
+    }
+    let live = !quiet && !model.no_progress && crate::io::sys::stderr_is_terminal();
+    let mut chat = Chat {
+        conv: Conversation::new(flags.req, opts),
+        display: Display::new(live, flags.max_reply),
+        history: flags.history,
+        interactive,
+        quiet,
+        results: Vec::new(),
+    };
+    if flags.answer_first {
+        chat.turn(&mut model, Vec::new())?;
+    }
+    let stdin = std::io::stdin();
+    let mut reader = Reader::new(stdin.lock());
+    loop {
+        chat.prompt();
+        let entry = match reader.next(&mut || {
+            if interactive {
+                crate::say!("... ");
+            }
+        }) {
+            Ok(Some(e)) => e,
+            Ok(None) => break,
+            Err(e) if interactive && e.kind == ErrorKind::Invalid => {
+                crate::sayln!("k3: error: {e}");
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        if !chat.entry(&mut model, entry)? {
+            break;
+        }
+    }
+    if interactive {
+        crate::sayln!();
+    }
+    Ok(())
+}
+
+/// The running chat: the conversation, its display and files, and the tool results being
+/// collected.
+struct Chat {
+    conv: Conversation,
+    display: Display,
+    history: Option<History>,
+    interactive: bool,
+    quiet: bool,
+    /// Results of the last reply's calls gathered so far.
+    results: Vec<Message>,
+}
+
+impl Chat {
+    /// The prompt on a terminal: `> `, or which call's result is expected.
+    fn prompt(&self) {
+        if !self.interactive {
+            return;
+        }
+        let calls = self.conv.pending_calls();
+        match calls.get(self.results.len()) {
+            Some(c) => crate::say!("result of {} ({})> ", c.id.as_deref().unwrap_or(""), c.name),
+            None => crate::say!("> "),
+        }
+    }
+
+    /// Handles one entry; false to leave.
+    fn entry(&mut self, model: &mut super::run::chat_open::ChatModel, e: Entry) -> Result<bool> {
+        let res = match e {
+            Entry::Exit => return Ok(false),
+            Entry::Help => {
+                crate::say!("{}", input::COMMANDS);
+                Ok(())
+            }
+            Entry::Text(t) => self.text(model, t),
+            Entry::Result(path) => files::read_result(&path).and_then(|t| self.text(model, t)),
+            Entry::Reset => {
+                self.conv.reset();
+                self.results.clear();
+                self.say("the conversation starts again from the system prompt");
+                Ok(())
+            }
+            Entry::Undo => {
+                self.results.clear();
+                if self.conv.undo()? {
+                    self.say(&format!(
+                        "undone: the conversation holds {} ids",
+                        self.conv.len()
+                    ));
+                } else {
+                    self.say("nothing to undo");
+                }
+                Ok(())
+            }
+            Entry::Think(arg) => self.think(model, &arg),
+            Entry::Save(path) => files::save(&self.conv, model, &path).map(|()| {
+                self.say(&format!(
+                    "saved {path} (state) and {path}.json (transcript)"
+                ));
+            }),
+            Entry::Load(path) => files::load(model, &self.conv.opts, &path).map(|c| {
+                self.conv = c;
+                self.results.clear();
+                self.say(&format!(
+                    "loaded {path}: the conversation holds {} ids",
+                    self.conv.len()
+                ));
+            }),
+            Entry::Stats => {
+                crate::say!("{}", files::stats(&self.conv));
+                Ok(())
+            }
+        };
+        self.after(res, model.ctx_explicit)?;
+        Ok(true)
+    }
+
+    /// A turn's or a command's error: a line on a terminal; with piped input the exit (a turn
+    /// past a `--ctx` the user gave is exit 2, past the planned one exit 3).
+    fn after(&mut self, res: Result<()>, ctx_explicit: bool) -> Result<()> {
+        match res {
+            Ok(()) => Ok(()),
+            Err(e) if self.interactive && e.kind != ErrorKind::Io => {
+                crate::sayln!("k3: error: {e}");
+                Ok(())
+            }
+            Err(e) if e.kind == ErrorKind::Resources && ctx_explicit => {
+                Err(Error::invalid(e.message))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn say(&self, s: &str) {
+        if !self.quiet || self.interactive {
+            crate::sayln!("{s}");
+        }
+    }
+
+    /// A line of text: the next tool result while calls are pending, else a user message.
+    fn text(&mut self, model: &mut super::run::chat_open::ChatModel, t: String) -> Result<()> {
+        let calls = self.conv.pending_calls().to_vec();
+        if calls.is_empty() {
+            return self.turn(model, vec![user_message(&t)]);
+        }
+        self.results
+            .push(tool_message(&calls[self.results.len()], &t));
+        if self.results.len() < calls.len() {
+            return Ok(());
+        }
+        let results = std::mem::take(&mut self.results);
+        self.turn(model, results)
+    }
+
+    /// Sends `input` and shows the answer, the turn's figures, and its history lines.
+    fn turn(
+        &mut self,
+        model: &mut super::run::chat_open::ChatModel,
+        input: Vec<Message>,
+    ) -> Result<()> {
+        crate::io::signal::take_interrupt();
+        self.display.start(self.conv.exchanges.len() + 1);
+        let res = self
+            .conv
+            .send(&mut model.sess, &model.tok, input, &mut self.display);
+        self.display.finish();
+        res?;
+        let x = self.conv.exchanges.last().expect("a turn ran");
+        if !self.quiet {
+            crate::sayln!(
+                "[turn {}: prefilled {} new ids, {} reply ids, stop: {}; the conversation holds {} of {} positions]",
+                self.conv.exchanges.len(),
+                x.prefilled,
+                x.reply_ids.len(),
+                x.end.name(),
+                self.conv.len(),
+                self.conv.opts.ctx
+            );
+        }
+        if let Some(h) = &mut self.history {
+            h.append(x)?;
+        }
+        self.display.take_failure()
+    }
+
+    /// `/think EFFORT|off`.
+    fn think(&mut self, model: &mut super::run::chat_open::ChatModel, arg: &str) -> Result<()> {
+        let t = parse_thinking(arg).ok_or_else(|| {
+            Error::invalid(format!(
+                "/think {arg}: unsupported value (expected low, high, max or off)"
+            ))
+        })?;
+        self.results.clear();
+        let n = self.conv.set_thinking(&model.tok, t)?;
+        if n > 0 {
+            self.say(&format!(
+                "thinking {}: the conversation ({n} ids) is encoded again and prefilled again at the next turn",
+                thinking_name(self.conv.req.thinking)
+            ));
+        } else {
+            self.say(&format!(
+                "thinking {}",
+                thinking_name(self.conv.req.thinking)
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,161 @@
+//! Bad input to `k3 chat` (issue 13 "Bad input"): exit 2 naming the message index and field,
+//! before the model is opened; a turn past the context refused before it runs (exit 2 with an
+//! explicit `--ctx`, 3 for a context sized by the budget).
+
+use super::{chat, model};
+use crate::support::{run_k3, scratch_dir};
+
+/// `k3 chat <model> --messages F` with F holding `body`: (exit code, standard error).
+fn refused(name: &str, body: &[u8], extra: &[&str]) -> (i32, String) {
+    let dir = scratch_dir(name);
+    let f = dir.join("m.json");
+    std::fs::write(&f, body).unwrap();
+    let m = model();
+    let mut args = vec!["chat", m.as_str(), "--messages", f.to_str().unwrap()];
+    args.extend(extra);
+    let o = run_k3(&args);
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn bad_messages_name_the_index_and_field() {
+    let user = r#"{"role": "user", "content": "hi"}"#;
+    let cases: &[(&str, String, &str)] = &[
+        (
+            "role",
+            format!(r#"[{user}, {{"role": "robot", "content": "x"}}]"#),
+            "messages[1].role: unknown role \"robot\"",
+        ),
+        (
+            "call-name",
+            format!(
+                r#"[{user}, {{"role": "assistant", "content": "", "tool_calls": [{{"type": "function", "function": {{"arguments": "{{}}"}}}}]}}]"#
+            ),
+            "messages[1].tool_calls[0].function.name",
+        ),
+        (
+            "twice",
+            format!(
+                r#"{{"messages": [{user}], "tools": [{{"type": "function", "function": {{"name": "f"}}}}, {{"type": "function", "function": {{"name": "f"}}}}]}}"#
+            ),
+            "tools[1]",
+        ),
+        (
+            "effort",
+            format!(r#"{{"messages": [{user}], "reasoning_effort": "medium"}}"#),
+            "reasoning_effort",
+        ),
+        (
+            "partial",
+            format!(r#"[{{"role": "assistant", "content": "a", "partial": true}}, {user}]"#),
+            "messages[0].partial",
+        ),
+        (
+            "tool-name",
+            format!(
+                r#"{{"messages": [{user}], "tools": [{{"type": "function", "function": {{"name": "9bad name"}}}}]}}"#
+            ),
+            "tools[0].function.name",
+        ),
+        (
+            "image",
+            r#"[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]"#
+                .to_string(),
+            "messages[0].content[0]",
+        ),
+        (
+            "surrogate",
+            r#"[{"role": "user", "content": "\ud800"}]"#.to_string(),
+            "messages[0].content",
+        ),
+        (
+            "not-json",
+            format!(r#"[{user}, {{"role": "user", "content": }}]"#),
+            "messages[1].content: invalid JSON at byte 64",
+        ),
+    ];
+    for (name, body, want) in cases {
+        let (code, err) = refused(&format!("chat-bad-{name}"), body.as_bytes(), &[]);
+        assert_eq!(code, 2, "{name}: {err}");
+        assert!(
+            err.contains("m.json: ") && err.contains(want),
+            "{name}: {err}"
+        );
+    }
+}
+
+#[test]
+fn bad_flags_are_refused() {
+    let m = model();
+    for (args, want) in [
+        (vec!["--thinking", "medium"], "flag `--thinking medium`"),
+        (vec!["--max-reply", "0"], "flag `--max-reply 0`"),
+        (
+            vec!["--system", "a", "--system-file", "b"],
+            "`--system` and `--system-file`",
+        ),
+        (vec!["--gen", "3"], "--gen"),
+    ] {
+        let mut a = vec!["chat", m.as_str()];
+        a.extend(&args);
+        let o = run_k3(&a);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn a_turn_past_an_explicit_ctx_is_exit_2() {
+    let long = "word ".repeat(200);
+    let c = chat(
+        "chat-ctx-explicit",
+        &["--ctx", "100", "--max-reply", "2", "--seed", "1"],
+        &format!("{long}\n"),
+        None,
+    );
+    assert_eq!(c.code(), 2, "{}", c.stderr());
+    assert!(
+        c.stderr().contains("the context holds 100"),
+        "{}",
+        c.stderr()
+    );
+    assert!(c.replies().is_empty());
+}
+
+#[test]
+fn a_turn_past_the_planned_context_is_exit_3() {
+    // a budget that leaves room for few positions: the context is sized by it
+    let probe = chat(
+        "chat-ctx-probe",
+        &["--mem-gb", "0.0465", "--max-reply", "1", "--seed", "1"],
+        "",
+        None,
+    );
+    let err = probe.stderr();
+    let Some(ctx) = err
+        .split("context: ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse::<usize>().ok())
+    else {
+        panic!("no context line: {err}");
+    };
+    assert!(ctx < 100_000, "{err}");
+    let long = "word ".repeat(ctx + 10);
+    let c = chat(
+        "chat-ctx-planned",
+        &["--mem-gb", "0.0465", "--max-reply", "1", "--seed", "1"],
+        &format!("{long}\n"),
+        None,
+    );
+    assert_eq!(c.code(), 3, "{}", c.stderr());
+    assert!(
+        c.stderr().contains(&format!("the context holds {ctx}")),
+        "{}",
+        c.stderr()
+    );
+}
