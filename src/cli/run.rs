@@ -154,6 +154,8 @@ struct Request {
     /// for `run`); `None`: as many as `--parallel` (serve's default, so that the largest
     /// fitting `--parallel` is searched with its pool).
     snapshots: Option<usize>,
+    /// `k3 serve`: `--parallel` plans its request slots.
+    serve: bool,
 }
 
 /// A budget flag in decimal GB: a finite number > 0 (fractions allowed), as bytes.
@@ -382,6 +384,7 @@ fn request_from_args(a: Args, cmd: &str) -> Result<Request> {
         trunk_dir,
         policy,
         snapshots: Some(0),
+        serve,
         args: a,
     })
 }

@@ -115,8 +115,9 @@ fn parallel_shortfall(
     e: Error,
 ) -> Error {
     let par = req.parallel;
-    // only --batch has a --parallel to blame (chat plans its live sequence and a snapshot)
-    if par <= 1 || e.exit_code() != 3 || req.batch.is_none() {
+    // only --batch and serve have a --parallel to blame (chat plans its live sequence and a
+    // snapshot)
+    if par <= 1 || e.exit_code() != 3 || !(req.batch.is_some() || req.serve) {
         return e;
     }
     // the largest fitting N, by bisection (fitting is monotone in N)
