@@ -624,3 +624,114 @@ fn opt_uint(o: &Object, k: &str) -> Result<Option<u64>, ApiError> {
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lim() -> Limits {
+        Limits {
+            model_id: "m".into(),
+            ctx: 100,
+            vocab: 1000,
+            defaults: SamplerSettings {
+                temperature: 1.0,
+                top_k: 0,
+                top_p: 0.95,
+                min_p: 0.0,
+                seed: 0,
+            },
+        }
+    }
+
+    fn obj(s: &str) -> Object {
+        parse_body(s.as_bytes()).unwrap()
+    }
+
+    fn params(s: &str) -> Result<GenParams, ApiError> {
+        gen_params(&obj(s), &lim(), &mut || 77, "max_completion_tokens")
+    }
+
+    #[test]
+    fn malformed_json_names_the_byte() {
+        let e = parse_body(b"{\"model\": ").unwrap_err();
+        assert_eq!(e.status, 400);
+        assert!(e.message.contains("at byte 10"), "{}", e.message);
+        assert!(parse_body(b"[1]").unwrap_err().message.contains("expected a JSON object"));
+    }
+
+    #[test]
+    fn sampling_over_the_defaults_and_seeds() {
+        let p = params("{}").unwrap();
+        assert_eq!((p.settings.temperature, p.settings.top_p), (1.0, 0.95));
+        assert_eq!(p.settings.seed, 77, "a sampled request without a seed gets the OS's");
+        let p = params(r#"{"temperature": 0}"#).unwrap();
+        assert_eq!(p.settings.seed, 0, "greedy needs no seed");
+        let p = params(r#"{"seed": -1, "top_k": -1, "min_p": 0.1}"#).unwrap();
+        assert_eq!((p.settings.seed, p.settings.top_k), (u64::MAX, 0));
+        assert_eq!(params(r#"{"seed": 18446744073709551615}"#).unwrap().settings.seed, u64::MAX);
+        for (body, field) in [
+            (r#"{"temperature": -0.5}"#, "temperature"),
+            (r#"{"top_p": 1.5}"#, "top_p"),
+            (r#"{"min_p": 1}"#, "min_p"),
+            (r#"{"top_k": -2}"#, "top_k"),
+            (r#"{"seed": "x"}"#, "seed"),
+            (r#"{"stop": ""}"#, "stop[0]"),
+            (r#"{"stop": [1]}"#, "stop[0]"),
+            (r#"{"max_tokens": 0}"#, "max_tokens"),
+            (r#"{"stream_options": {"x": 1}}"#, "stream_options.x"),
+        ] {
+            let e = params(body).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(field), "{body}: {}", e.message);
+        }
+        // max_completion_tokens wins over max_tokens
+        let p = params(r#"{"max_tokens": 5, "max_completion_tokens": 7}"#).unwrap();
+        assert_eq!(p.max_tokens, Some(7));
+    }
+
+    #[test]
+    fn the_field_table() {
+        let ok = |s: &str| check_fields(&obj(s), CHAT_ACCEPTED);
+        assert!(ok(r#"{"user": "u", "store": false, "metadata": {}, "parallel_tool_calls": true}"#).is_ok());
+        assert!(ok(r#"{"frequency_penalty": 0, "presence_penalty": 0.0, "n": 1, "logit_bias": null}"#).is_ok());
+        for (body, field) in [
+            (r#"{"logit_bias": {"1": 2}}"#, "logit_bias"),
+            (r#"{"audio": {}}"#, "audio"),
+            (r#"{"presence_penalty": 1}"#, "presence_penalty"),
+            (r#"{"n": 3}"#, "n"),
+            (r#"{"what": 1}"#, "what"),
+        ] {
+            assert_eq!(ok(body).unwrap_err().param.as_deref(), Some(field), "{body}");
+        }
+    }
+
+    #[test]
+    fn the_model_and_the_context() {
+        assert!(check_model(&obj(r#"{"model": "m"}"#), &lim()).is_ok());
+        let e = check_model(&obj(r#"{"model": "x"}"#), &lim()).unwrap_err();
+        assert_eq!((e.status, e.code), (404, Some("model_not_found")));
+        assert_eq!(check_model(&obj("{}"), &lim()).unwrap_err().status, 400);
+        let p = |m: Option<u64>| GenParams {
+            max_tokens: m,
+            ..params("{}").unwrap()
+        };
+        assert!(check_length(99, &p(None), &lim()).is_ok());
+        assert!(check_length(100, &p(None), &lim()).is_err());
+        assert!(check_length(90, &p(Some(10)), &lim()).is_ok());
+        let e = check_length(90, &p(Some(11)), &lim()).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("max_tokens"));
+        assert!(e.message.contains("give max_tokens 10 or less"), "{}", e.message);
+    }
+
+    #[test]
+    fn error_body_shape() {
+        let b = ApiError::invalid("messages[0].role", "unknown role \"x\"").body();
+        let v = crate::json::parse(b.as_bytes()).unwrap();
+        let e = v.get("error").unwrap();
+        assert_eq!(e.get("param").and_then(Value::as_str), Some("messages[0].role"));
+        assert_eq!(e.get("type").and_then(Value::as_str), Some("invalid_request_error"));
+        assert!(e.get("code").unwrap().is_null());
+        let c = ApiError::from_chat(&Error::invalid("messages[1].content: expected string"));
+        assert_eq!(c.param.as_deref(), Some("messages[1].content"));
+    }
+}

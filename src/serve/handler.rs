@@ -231,3 +231,17 @@ impl Handler for Server {
         crate::sayln!("k3 serve: refused {} {status} {message:?}", peer.ip());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::constant_time_eq;
+
+    #[test]
+    fn keys_compare_by_value_and_length() {
+        assert!(constant_time_eq(b"sekrit", b"sekrit"));
+        assert!(!constant_time_eq(b"sekrit", b"sekriT"));
+        assert!(!constant_time_eq(b"sekrit", b"sekrit2"));
+        assert!(!constant_time_eq(b"", b"x"));
+        assert!(constant_time_eq(b"", b""));
+    }
+}

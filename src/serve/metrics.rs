@@ -184,3 +184,37 @@ impl Metrics {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prometheus_text() {
+        let m = Metrics::default();
+        m.request(200);
+        m.request(503);
+        m.request(200);
+        m.prefilled(10, 5, 0.5);
+        let f = StepFigures {
+            seconds: 0.5,
+            ..StepFigures::default()
+        };
+        m.step(&f, 4);
+        m.set_active(2, 3);
+        let t = m.render();
+        for line in [
+            "k3_requests_total{status=\"200\"} 2",
+            "k3_requests_total{status=\"503\"} 1",
+            "k3_prompt_tokens_total 15",
+            "k3_cached_tokens_total 5",
+            "k3_completion_tokens_total 4",
+            "k3_decode_tokens_per_second 8.000",
+            "k3_active_sequences 2",
+            "k3_queue_depth 3",
+            "# TYPE k3_steps_total counter",
+        ] {
+            assert!(t.lines().any(|l| l == line), "{line} not in\n{t}");
+        }
+    }
+}

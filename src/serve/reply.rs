@@ -198,3 +198,23 @@ impl<'t> ReplyBuilder<'t> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::token_logprob;
+
+    #[test]
+    fn top_logprobs_best_first_ties_by_id() {
+        let z = [1.0f32, 3.0, 3.0, -2.0, 0.5];
+        let l = token_logprob(&z, 4, 3).unwrap();
+        let ids: Vec<u32> = l.top.iter().map(|t| t.0).collect();
+        assert_eq!(ids, [1, 2, 0]);
+        assert_eq!(l.top[0].1, l.top[1].1);
+        assert_eq!(
+            l.logprob.to_bits(),
+            crate::generate::logprob::logprob(&z, 4).unwrap().to_bits()
+        );
+        assert!(token_logprob(&z, 9, 0).is_none());
+        assert!(token_logprob(&z, 0, 0).unwrap().top.is_empty());
+    }
+}
