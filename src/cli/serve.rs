@@ -51,7 +51,7 @@ pub(crate) const SPECS: &[Spec] = &[
 const USAGE: &str = "\
 usage: k3 serve <model_dir> [options]
   An OpenAI-compatible HTTP/1.1 server: POST /v1/chat/completions, POST /v1/completions,
-  GET /v1/models, GET /health (503 until loaded), GET /metrics (docs/serve.md, README).
+  GET /v1/models, GET /health (503 until loaded), GET /metrics (docs/cli.md, README).
   --port N             port (default 8000; 0 picks a free one, printed)
   --host ADDR          address to bind (default 127.0.0.1; any other needs an API key)
   --api-key KEY        require `Authorization: Bearer KEY` (also K3_API_KEY)

@@ -362,10 +362,12 @@ fn check_fields(o: &Object, accepted: &[&str]) -> Result<(), ApiError> {
         if let Some(v) = o.get(k).filter(|v| !v.is_null()) {
             match v.as_number().map(|n| n.as_f64()) {
                 Some(0.0) => {}
-                Some(_) => return Err(ApiError::invalid(
-                    k,
-                    "not supported (k3 samples exactly as ENGINE.md §8); give 0 or leave it out",
-                )),
+                Some(_) => {
+                    return Err(ApiError::invalid(
+                        k,
+                        "not supported (k3 has no repetition penalties); give 0 or leave it out",
+                    ))
+                }
                 None => {
                     return Err(ApiError::invalid(
                         k,
@@ -657,19 +659,31 @@ mod tests {
         let e = parse_body(b"{\"model\": ").unwrap_err();
         assert_eq!(e.status, 400);
         assert!(e.message.contains("at byte 10"), "{}", e.message);
-        assert!(parse_body(b"[1]").unwrap_err().message.contains("expected a JSON object"));
+        assert!(parse_body(b"[1]")
+            .unwrap_err()
+            .message
+            .contains("expected a JSON object"));
     }
 
     #[test]
     fn sampling_over_the_defaults_and_seeds() {
         let p = params("{}").unwrap();
         assert_eq!((p.settings.temperature, p.settings.top_p), (1.0, 0.95));
-        assert_eq!(p.settings.seed, 77, "a sampled request without a seed gets the OS's");
+        assert_eq!(
+            p.settings.seed, 77,
+            "a sampled request without a seed gets the OS's"
+        );
         let p = params(r#"{"temperature": 0}"#).unwrap();
         assert_eq!(p.settings.seed, 0, "greedy needs no seed");
         let p = params(r#"{"seed": -1, "top_k": -1, "min_p": 0.1}"#).unwrap();
         assert_eq!((p.settings.seed, p.settings.top_k), (u64::MAX, 0));
-        assert_eq!(params(r#"{"seed": 18446744073709551615}"#).unwrap().settings.seed, u64::MAX);
+        assert_eq!(
+            params(r#"{"seed": 18446744073709551615}"#)
+                .unwrap()
+                .settings
+                .seed,
+            u64::MAX
+        );
         for (body, field) in [
             (r#"{"temperature": -0.5}"#, "temperature"),
             (r#"{"top_p": 1.5}"#, "top_p"),
@@ -692,8 +706,14 @@ mod tests {
     #[test]
     fn the_field_table() {
         let ok = |s: &str| check_fields(&obj(s), CHAT_ACCEPTED);
-        assert!(ok(r#"{"user": "u", "store": false, "metadata": {}, "parallel_tool_calls": true}"#).is_ok());
-        assert!(ok(r#"{"frequency_penalty": 0, "presence_penalty": 0.0, "n": 1, "logit_bias": null}"#).is_ok());
+        assert!(ok(
+            r#"{"user": "u", "store": false, "metadata": {}, "parallel_tool_calls": true}"#
+        )
+        .is_ok());
+        assert!(ok(
+            r#"{"frequency_penalty": 0, "presence_penalty": 0.0, "n": 1, "logit_bias": null}"#
+        )
+        .is_ok());
         for (body, field) in [
             (r#"{"logit_bias": {"1": 2}}"#, "logit_bias"),
             (r#"{"audio": {}}"#, "audio"),
@@ -701,7 +721,11 @@ mod tests {
             (r#"{"n": 3}"#, "n"),
             (r#"{"what": 1}"#, "what"),
         ] {
-            assert_eq!(ok(body).unwrap_err().param.as_deref(), Some(field), "{body}");
+            assert_eq!(
+                ok(body).unwrap_err().param.as_deref(),
+                Some(field),
+                "{body}"
+            );
         }
     }
 
@@ -720,7 +744,11 @@ mod tests {
         assert!(check_length(90, &p(Some(10)), &lim()).is_ok());
         let e = check_length(90, &p(Some(11)), &lim()).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("max_tokens"));
-        assert!(e.message.contains("give max_tokens 10 or less"), "{}", e.message);
+        assert!(
+            e.message.contains("give max_tokens 10 or less"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]
@@ -728,8 +756,14 @@ mod tests {
         let b = ApiError::invalid("messages[0].role", "unknown role \"x\"").body();
         let v = crate::json::parse(b.as_bytes()).unwrap();
         let e = v.get("error").unwrap();
-        assert_eq!(e.get("param").and_then(Value::as_str), Some("messages[0].role"));
-        assert_eq!(e.get("type").and_then(Value::as_str), Some("invalid_request_error"));
+        assert_eq!(
+            e.get("param").and_then(Value::as_str),
+            Some("messages[0].role")
+        );
+        assert_eq!(
+            e.get("type").and_then(Value::as_str),
+            Some("invalid_request_error")
+        );
         assert!(e.get("code").unwrap().is_null());
         let c = ApiError::from_chat(&Error::invalid("messages[1].content: expected string"));
         assert_eq!(c.param.as_deref(), Some("messages[1].content"));
