@@ -38,6 +38,15 @@ impl Outcome {
         }
     }
 
+    /// The client went away before the response was complete (logged as 499).
+    fn gone() -> Outcome {
+        Outcome {
+            status: 499,
+            usage: Usage::default(),
+            error: Some("client disconnected".into()),
+        }
+    }
+
     fn refused(server: &Server, out: &mut Responder<'_>, e: &ApiError) -> Outcome {
         let mut o = Outcome::sent(out, server.error(e));
         o.error = Some(e.param.clone().unwrap_or_else(|| e.kind.to_string()));
@@ -234,10 +243,7 @@ fn whole(
     let mut lps = Vec::new();
     loop {
         let Some(ev) = next(rx, &mut || out.disconnected()) else {
-            return Outcome {
-                status: 499,
-                ..Outcome::default()
-            };
+            return Outcome::gone();
         };
         match ev {
             Event::Started { cached } => r.usage.cached_tokens = cached,
@@ -306,18 +312,10 @@ fn stream(
     let first = match next(rx, &mut || out.disconnected()) {
         Some(Event::Failed(m)) => return Outcome::refused(server, out, &failed(&m)),
         Some(e) => e,
-        None => {
-            return Outcome {
-                status: 499,
-                ..Outcome::default()
-            }
-        }
+        None => return Outcome::gone(),
     };
     let Ok(mut s) = out.stream(200, headers) else {
-        return Outcome {
-            status: 499,
-            ..Outcome::default()
-        };
+        return Outcome::gone();
     };
     let mut text_len = 0usize;
     let send = |s: &mut Stream<'_>, v: Value| s.chunk(&encode::sse(&v)).is_ok();
@@ -364,17 +362,15 @@ fn stream(
         };
         if !ok {
             return Outcome {
-                status: 499,
                 usage: r.final_usage(),
-                error: Some("client disconnected".into()),
+                ..Outcome::gone()
             };
         }
         ev = next(rx, &mut || s.disconnected());
         if ev.is_none() {
             return Outcome {
-                status: 499,
                 usage: r.final_usage(),
-                error: Some("client disconnected".into()),
+                ..Outcome::gone()
             };
         }
     }

@@ -65,10 +65,16 @@ pub(super) fn largest_ctx(c: &PlanInputs<'_>, max_positions: usize) -> Option<us
     let available = crate::io::sys::memory_available().available();
     let fit =
         |n: usize| plan_run(&model_sizes(c, c.req.parallel, n), &c.req.budget, available).is_ok();
+    largest_fitting(max_positions, &fit)
+}
+
+/// The largest n in 1..=`most` with `fit(n)`, by bisection (`fit` monotone: true up to some
+/// n, false after), or `None` when `fit(1)` is false.
+fn largest_fitting(most: usize, fit: &dyn Fn(usize) -> bool) -> Option<usize> {
     if !fit(1) {
         return None;
     }
-    let (mut lo, mut hi) = (1usize, max_positions.max(1));
+    let (mut lo, mut hi) = (1usize, most.max(1));
     if fit(hi) {
         return Some(hi);
     }
@@ -122,20 +128,8 @@ fn parallel_shortfall(
     }
     // the largest fitting N, by bisection (fitting is monotone in N)
     let fit = |n: usize| plan_run(&sizes_for(n), &req.budget, available).is_ok();
-    let fits = if !fit(1) {
-        None
-    } else {
-        let (mut lo, mut hi) = (1usize, par);
-        while hi - lo > 1 {
-            let mid = lo + (hi - lo) / 2;
-            if fit(mid) {
-                lo = mid
-            } else {
-                hi = mid
-            }
-        }
-        Some(lo)
-    };
+    // par itself does not fit: the answer is below it
+    let fits = largest_fitting(par - 1, &fit);
     Error::resources(format!(
         "flag `--parallel {par}`: {}; {}",
         e.message,

@@ -3,7 +3,6 @@
 
 use super::support::*;
 use serde_json::{json, Value};
-use std::io::{Read, Write};
 
 /// Asserts an OpenAI-shape error of `status` whose `param` is `param` (when given).
 fn assert_error(r: &Reply, status: u16, param: Option<&str>) -> Value {
@@ -153,18 +152,7 @@ fn api_key_is_required_when_set() {
 #[test]
 fn a_client_that_disconnects_mid_stream_frees_its_slot() {
     let s = start(&["--parallel", "1", "--queue", "0"], &[]);
-    let mut body = chat_body("Go on.", 150, 3);
-    body["stream"] = json!(true);
-    let b = body.to_string();
-    let mut c = connect(&s);
-    let req = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{b}",
-        b.len()
-    );
-    c.write_all(req.as_bytes()).unwrap();
-    let mut buf = [0u8; 512];
-    let n = c.read(&mut buf).unwrap();
-    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    let c = open_stream(&s, &chat_body("Go on.", 150, 3));
     drop(c);
     // the one slot comes free: a new request is served (not 503), within bounded retries
     let mut status = 0;

@@ -3,7 +3,6 @@
 
 use super::support::*;
 use serde_json::{json, Value};
-use std::io::{Read, Write};
 
 fn bodies() -> Vec<Value> {
     (0..8u64)
@@ -73,18 +72,7 @@ fn eight_concurrent_clients_each_get_their_solo_reply() {
 #[test]
 fn a_full_queue_answers_503_with_retry_after() {
     let s = start(&["--parallel", "1", "--queue", "0", "--ctx", "2048"], &[]);
-    let mut body = chat_body("Keep going.", 1900, 3);
-    body["stream"] = json!(true);
-    let b = body.to_string();
-    let mut c = connect(&s);
-    let req = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{b}",
-        b.len()
-    );
-    c.write_all(req.as_bytes()).unwrap();
-    let mut buf = [0u8; 256];
-    let n = c.read(&mut buf).unwrap();
-    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    let _held = open_stream(&s, &chat_body("Keep going.", 1900, 3));
     // the one slot is busy and nothing may wait
     let r = post(&s, "/v1/chat/completions", &chat_body("hi", 1, 1));
     assert_eq!(r.status, 503, "{}", r.text());

@@ -118,6 +118,24 @@ pub fn connect(s: &Server) -> TcpStream {
     c
 }
 
+/// Starts a streamed chat request of `body` and returns its connection once the response has
+/// begun (status 200 read): the request holds a slot until the connection drops.
+pub fn open_stream(s: &Server, body: &Value) -> TcpStream {
+    let mut body = body.clone();
+    body["stream"] = serde_json::json!(true);
+    let b = body.to_string();
+    let mut c = connect(s);
+    let req = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{b}",
+        b.len()
+    );
+    c.write_all(req.as_bytes()).unwrap();
+    let mut buf = [0u8; 512];
+    let n = c.read(&mut buf).unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    c
+}
+
 /// Sends raw bytes on a fresh connection and reads the whole response (`Connection: close`).
 pub fn raw(s: &Server, bytes: &[u8]) -> Reply {
     let mut c = connect(s);
