@@ -166,3 +166,40 @@ fn a_client_that_disconnects_mid_stream_frees_its_slot() {
     }
     assert_eq!(status, 200);
 }
+
+#[test]
+fn a_read_failure_fails_its_request_with_500_and_the_server_stays_up() {
+    let dir = crate::support::copy_dir(&crate::support::fixture(MODEL), "serve-read-failure");
+    // an expert cache of top-k slots: experts are read from the shards as tokens need them
+    let s = start_dir(&dir, &["--cache-gb", "0.000025"], &[]);
+    assert_eq!(
+        post(&s, "/v1/chat/completions", &chat_body("Hello", 4, 1)).status,
+        200
+    );
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "safetensors") {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&p)
+                .unwrap()
+                .set_len(4000)
+                .unwrap();
+        }
+    }
+    let r = post(
+        &s,
+        "/v1/chat/completions",
+        &chat_body("Something else entirely", 16, 2),
+    );
+    let v = assert_error(&r, 500, None);
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("safetensors"),
+        "{v}"
+    );
+    assert_eq!(get(&s, "/health").status, 200);
+    assert_eq!(get(&s, "/v1/models").status, 200);
+}

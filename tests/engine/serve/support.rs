@@ -34,9 +34,15 @@ impl Drop for Server {
 /// Starts `k3 serve tests/fixtures/tiny-k3-text --port 0 --ctx 256 ARGS` with `env`, and
 /// waits until it listens and `/health` says 200.
 pub fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
+    start_dir(&fixture(MODEL), args, env)
+}
+
+/// [`start`] on the model directory `dir` (served as `tiny-k3-text` whatever its name).
+pub fn start_dir(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Server {
     let mut cmd = k3();
     cmd.arg("serve")
-        .arg(fixture(MODEL))
+        .arg(dir)
+        .args(["--model-id", MODEL])
         .args(["--port", "0", "--ctx", "256", "--threads", "1"])
         .args(args)
         .stdin(Stdio::null())
