@@ -18,35 +18,48 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) const SPECS: &[Spec] = &[
+/// `serve`'s own flags.
+const SERVE_SPECS: &[Spec] = &[
     Spec::Value("port"),
     Spec::Value("host"),
     Spec::Value("api-key"),
-    Spec::Value("parallel"),
     Spec::Value("queue"),
     Spec::Value("snapshots"),
     Spec::Value("max-body-mb"),
     Spec::Value("cors"),
     Spec::Switch("log-prompts"),
     Spec::Value("model-id"),
-    Spec::Value("tok"),
-    Spec::Value("config"),
-    Spec::Value("ctx"),
-    Spec::Value("preset"),
-    Spec::Value("mem-gb"),
-    Spec::Value("trunk"),
-    Spec::Value("trunk-gb"),
-    Spec::Value("trunk-ring"),
-    Spec::Value("cache-gb"),
-    Spec::Value("cache-policy"),
-    Spec::Value("prefill-chunk"),
-    Spec::Repeat("stop-id"),
-    Spec::Value("threads"),
-    Spec::Value("isa"),
-    Spec::Value("layers"),
-    Spec::Switch("quiet"),
-    Spec::Switch("help"),
 ];
+
+/// The run flags `serve` takes (memory, compute, tokenizer, context, slots).
+const RUN_FLAGS: &[&str] = &[
+    "tok",
+    "config",
+    "ctx",
+    "parallel",
+    "preset",
+    "mem-gb",
+    "trunk",
+    "trunk-gb",
+    "trunk-ring",
+    "cache-gb",
+    "cache-policy",
+    "prefill-chunk",
+    "stop-id",
+    "threads",
+    "isa",
+    "layers",
+    "quiet",
+    "help",
+];
+
+/// Every flag of `k3 serve`: its own and the run's of [`RUN_FLAGS`] (one table for both).
+pub(crate) fn specs() -> Vec<Spec> {
+    let run = super::run::SPECS
+        .iter()
+        .filter(|s| RUN_FLAGS.contains(&s.name()));
+    SERVE_SPECS.iter().chain(run).copied().collect()
+}
 
 const USAGE: &str = "\
 usage: k3 serve <model_dir> [options]
@@ -170,7 +183,7 @@ fn bind(ip: IpAddr, port: u16) -> Result<TcpListener> {
 
 /// Runs `k3 serve`; returns after a SIGINT/SIGTERM drain (exit 0).
 pub fn run(argv: &[OsString]) -> Result<()> {
-    let Some(a) = Args::parse_or_help(argv, SPECS, USAGE)? else {
+    let Some(a) = Args::parse_or_help(argv, &specs(), USAGE)? else {
         return Ok(());
     };
     let f = serve_flags(&a)?;
