@@ -214,6 +214,15 @@ impl RequestParser {
         }
     }
 
+    /// The buffer length the current request needs in all, once its head has given a
+    /// `Content-Length` (`None` before that, and for chunked bodies).
+    pub fn wanted(&self) -> Option<usize> {
+        match &self.phase {
+            Phase::Length { end, .. } => Some(*end),
+            _ => None,
+        }
+    }
+
     /// Whether any byte of the current request (beyond leading empty lines) has been seen.
     pub fn started(&self, buf: &[u8]) -> bool {
         !matches!(&self.phase, Phase::Head(h) if h.version.is_none())

@@ -42,8 +42,9 @@ pub trait Handler: Send + Sync + 'static {
     fn handle(&self, req: &Request, out: &mut Responder<'_>);
 
     /// Told of each request the transport refused itself (`status` 400, 408, 413, 414, 417,
-    /// 431, 501, 503 or 505, `message` as sent in the error body), for the request log.
-    /// Default: nothing.
+    /// 431, 501, 503 or 505, `message` as sent in the error body), for the request log. A 503
+    /// at the connection limit is told on the accept loop's thread: return quickly. Default:
+    /// nothing.
     fn refused(&self, peer: SocketAddr, status: u16, message: &str) {
         let _ = (peer, status, message);
     }
@@ -239,9 +240,19 @@ fn connection(
     }
     let _ = stream.set_nodelay(true);
     let mut buf = Vec::new();
+    let mut scratch = vec![0u8; READ_CHUNK];
     let mut parser = RequestParser::new(limits, peer);
     loop {
-        let req = match read_request(&mut stream, &mut buf, &mut parser, limits, shutdown) {
+        if buf.capacity() > KEEP_BUFFER && buf.len() <= KEEP_BUFFER {
+            // A large body's buffer is not kept for the rest of a kept-alive connection.
+            buf.shrink_to(KEEP_BUFFER);
+        }
+        let mut conn = Reading {
+            stream: &mut stream,
+            buf: &mut buf,
+            scratch: &mut scratch,
+        };
+        let req = match read_request(&mut conn, &mut parser, limits, shutdown) {
             Ok(Some(req)) => req,
             Ok(None) => return,
             Err(Refusal::Http(e)) => {
@@ -268,10 +279,23 @@ fn connection(
             let _ = out.send(resp.header("Connection", "close"));
         }
         if panicked || !out.reusable() {
-            let _ = stream.shutdown(Both::Write);
+            linger_close(&mut stream);
             return;
         }
     }
+}
+
+/// Bytes read per `read` call.
+const READ_CHUNK: usize = 65536;
+/// Buffer capacity a connection keeps between requests.
+const KEEP_BUFFER: usize = 1 << 20;
+
+/// A connection's socket and its read buffers.
+struct Reading<'a> {
+    stream: &'a mut TcpStream,
+    /// Bytes received and not yet consumed by a request.
+    buf: &'a mut Vec<u8>,
+    scratch: &'a mut [u8],
 }
 
 /// Why a request was not read.
@@ -291,8 +315,7 @@ impl From<HttpError> for Refusal {
 /// Reads until `parser` has a whole request; `None` when the connection ends (or idles out,
 /// or shutdown is requested) before a request began. Sends `100 Continue` when asked.
 fn read_request(
-    stream: &mut TcpStream,
-    buf: &mut Vec<u8>,
+    conn: &mut Reading<'_>,
     parser: &mut RequestParser,
     limits: &Limits,
     shutdown: &Shutdown,
@@ -301,7 +324,11 @@ fn read_request(
     let mut began: Option<Instant> = None;
     let mut last_byte = idle_since;
     let mut continued = false;
-    let mut scratch = vec![0u8; 65536];
+    let Reading {
+        stream,
+        buf,
+        scratch,
+    } = conn;
     loop {
         if let Step::Done { request, consumed } = parser.advance(buf)? {
             buf.drain(..consumed);
@@ -312,6 +339,10 @@ fn read_request(
             stream
                 .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
                 .map_err(|_| Refusal::Io)?;
+        }
+        if let Some(n) = parser.wanted() {
+            // The body's length is known: one allocation of the right size, not doublings.
+            buf.reserve_exact(n.saturating_sub(buf.len()));
         }
         let now = Instant::now();
         if began.is_none() && parser.started(buf) {
@@ -348,7 +379,7 @@ fn read_request(
         stream
             .set_read_timeout(Some(wait.max(Duration::from_millis(1))))
             .map_err(|_| Refusal::Io)?;
-        match stream.read(&mut scratch) {
+        match stream.read(scratch) {
             Ok(0) => return Err(Refusal::Io),
             Ok(n) => {
                 buf.extend_from_slice(&scratch[..n]);

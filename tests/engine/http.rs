@@ -462,6 +462,11 @@ fn connections_beyond_the_limit_get_503() {
     assert!(String::from_utf8(body)
         .unwrap()
         .contains("connection limit"));
+    // A client that sends its request before reading gets the 503 too (the refused socket
+    // lingers, so the unread request does not turn the close into a reset).
+    let mut fourth = server.connect();
+    let _ = fourth.write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc");
+    assert_eq!(read_response(&mut BufReader::new(fourth)).0, 503);
     // The held ones still work.
     let mut r0 = BufReader::new(held[0].try_clone().unwrap());
     held[0]

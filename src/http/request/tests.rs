@@ -340,8 +340,10 @@ fn expect_continue_until_the_body_arrives() {
     assert!(!p.expects_continue());
     assert_eq!(p.advance(&head[..10]).unwrap(), Step::NeedMore);
     assert!(!p.expects_continue());
+    assert_eq!(p.wanted(), None);
     assert_eq!(p.advance(head).unwrap(), Step::NeedMore);
     assert!(p.expects_continue());
+    assert_eq!(p.wanted(), Some(head.len() + 3));
     let mut all = head.to_vec();
     all.extend_from_slice(b"abc");
     assert!(
