@@ -280,6 +280,9 @@ impl Chat {
                 Ok(())
             }
             Entry::Text(t) => self.text(model, t),
+            Entry::Result(_) if self.conv.pending_calls().is_empty() => Err(Error::invalid(
+                "/result: no tool call is waiting for a result (send a message instead)",
+            )),
             Entry::Result(path) => files::read_result(&path).and_then(|t| self.text(model, t)),
             Entry::Reset => {
                 self.conv.reset();

@@ -198,18 +198,10 @@ fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
     request_from_args(a, "run").map(Some)
 }
 
-/// The request of parsed arguments; `cmd` is `run`, `chat` (which has no prompt flags: its
-/// messages come from standard input or `--messages`) or `serve` (no prompt either; it plans
-/// `--parallel` sequences without `--batch`).
-fn request_from_args(a: Args, cmd: &str) -> Result<Request> {
-    let serve = cmd == "serve";
-    if a.positional.len() != 1 {
-        return Err(Error::invalid(format!(
-            "{cmd}: expected one model directory, found {} positional argument{} (see k3 --help)",
-            a.positional.len(),
-            if a.positional.len() == 1 { "" } else { "s" }
-        )));
-    }
+/// The memory budget flags (`--preset`, `--mem-gb`, `--trunk-gb`, `--cache-gb`,
+/// `--trunk-ring`; ENGINE.md §4). Errors (exit 2): an unknown preset, a bad size, a ring of 0,
+/// a fixed preset with `--mem-gb`.
+fn budget_flags(a: &Args) -> Result<Budget> {
     let preset = match a.value("preset")? {
         None => None,
         Some(p) if p == "auto" => None,
@@ -230,9 +222,9 @@ fn request_from_args(a: Args, cmd: &str) -> Result<Request> {
     }
     let budget = Budget {
         preset,
-        mem: gb_flag(&a, "mem-gb")?,
-        trunk: gb_flag(&a, "trunk-gb")?,
-        cache: gb_flag(&a, "cache-gb")?,
+        mem: gb_flag(a, "mem-gb")?,
+        trunk: gb_flag(a, "trunk-gb")?,
+        cache: gb_flag(a, "cache-gb")?,
         ring,
     };
     if let (Some(p), Some(_)) = (preset, budget.mem) {
@@ -241,6 +233,42 @@ fn request_from_args(a: Args, cmd: &str) -> Result<Request> {
             p.name
         )));
     }
+    Ok(budget)
+}
+
+/// `--stop-id ID` and `--stop TEXT` (both repeatable). Errors (exit 2): an id that is not a
+/// number, an empty stop string.
+fn stop_flags(a: &Args) -> Result<(Vec<u32>, Vec<String>)> {
+    let mut stop_ids = Vec::new();
+    for s in a.values("stop-id")? {
+        stop_ids.push(
+            s.trim().parse::<u32>().map_err(|_| {
+                Error::invalid(format!("flag `--stop-id`: `{s}` is not a token id"))
+            })?,
+        );
+    }
+    let stop_texts = a.values("stop")?;
+    if stop_texts.iter().any(|s| s.is_empty()) {
+        return Err(Error::invalid(
+            "flag `--stop \"\"`: a stop string must not be empty; give the text to stop at",
+        ));
+    }
+    Ok((stop_ids, stop_texts))
+}
+
+/// The request of parsed arguments; `cmd` is `run`, `chat` (which has no prompt flags: its
+/// messages come from standard input or `--messages`) or `serve` (no prompt either; it plans
+/// `--parallel` sequences without `--batch`).
+fn request_from_args(a: Args, cmd: &str) -> Result<Request> {
+    let serve = cmd == "serve";
+    if a.positional.len() != 1 {
+        return Err(Error::invalid(format!(
+            "{cmd}: expected one model directory, found {} positional argument{} (see k3 --help)",
+            a.positional.len(),
+            if a.positional.len() == 1 { "" } else { "s" }
+        )));
+    }
+    let budget = budget_flags(&a)?;
     let policy = a
         .value("cache-policy")?
         .unwrap_or_else(|| DEFAULT_POLICY.to_string());
@@ -308,20 +336,7 @@ fn request_from_args(a: Args, cmd: &str) -> Result<Request> {
     if chunk == 0 {
         return Err(Error::invalid("flag `--prefill-chunk`: must be at least 1"));
     }
-    let mut stop_ids = Vec::new();
-    for s in a.values("stop-id")? {
-        stop_ids.push(
-            s.trim().parse::<u32>().map_err(|_| {
-                Error::invalid(format!("flag `--stop-id`: `{s}` is not a token id"))
-            })?,
-        );
-    }
-    let stop_texts = a.values("stop")?;
-    if stop_texts.iter().any(|s| s.is_empty()) {
-        return Err(Error::invalid(
-            "flag `--stop \"\"`: a stop string must not be empty; give the text to stop at",
-        ));
-    }
+    let (stop_ids, stop_texts) = stop_flags(&a)?;
     let ctx = a.parsed::<usize>("ctx", "a positive integer")?;
     if ctx == Some(0) {
         return Err(Error::invalid("flag `--ctx 0`: must be at least 1"));

@@ -313,3 +313,34 @@ fn read_sampler(v: Option<&Value>, origin: &str) -> Result<SamplerSettings> {
     s.validate(&format!("{origin}: sampler"))?;
     Ok(s)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip_through_their_json() {
+        let body = r#"[
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "reasoning_content": "Call it.", "content": "",
+             "tool_calls": [{"id": "call_1_1", "type": "function", "function": {"name": "w",
+               "arguments": "{\"city\": \"Paris\", \"n\": [1, 2.5, null, true]}"}},
+               {"id": "call_1_2", "type": "function", "function": {"name": "w", "arguments": "not json"}}]},
+            {"role": "tool", "tool_call_id": "call_1_1", "name": "w", "content": "sunny"},
+            {"role": "tool", "tool_call_id": "call_1_2", "name": "w", "content": "?"}
+        ]"#;
+        let req = Request::from_json(&crate::json::parse(body.as_bytes()).unwrap()).unwrap();
+        let again = Value::Array(req.messages.iter().map(message_json).collect());
+        let back = Request::from_json(&again).unwrap();
+        assert_eq!(back.messages, req.messages);
+    }
+
+    #[test]
+    fn thinking_names() {
+        for t in ["low", "high", "max", "off"] {
+            assert_eq!(thinking_name(parse_thinking(t).unwrap()), t);
+        }
+        assert_eq!(parse_thinking("medium"), None);
+    }
+}

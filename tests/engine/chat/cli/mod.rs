@@ -7,6 +7,7 @@
 mod refusals;
 mod replies;
 mod session;
+mod terminal;
 
 use crate::support::{fixture, k3, scratch_dir};
 use k3::chat::{self, Request};
@@ -103,12 +104,8 @@ pub fn chat(name: &str, args: &[&str], stdin: &str, force: Option<&[u32]>) -> Ch
         }
     }
     let mut child = cmd.spawn().expect("start k3 chat");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
+    // k3 may exit (a refusal) before it reads all of standard input
+    let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
     let out = child.wait_with_output().unwrap();
     let history = std::fs::read_to_string(&history)
         .unwrap_or_default()

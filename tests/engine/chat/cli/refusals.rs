@@ -159,3 +159,23 @@ fn a_turn_past_the_planned_context_is_exit_3() {
         c.stderr()
     );
 }
+
+#[test]
+fn bad_commands_from_a_pipe_are_exit_2() {
+    for (input, want) in [
+        ("/load missing.state\n", "missing.state"),
+        ("/result r.txt\n", "/result: no tool call is waiting"),
+        ("/save s.state\n", "/save: nothing to save yet"),
+        ("/think medium\n", "/think medium: unsupported value"),
+        ("\"\"\"\nnever closed\n", "a \"\"\" block is not closed"),
+    ] {
+        let c = chat(
+            "chat-bad-command",
+            &["--ctx", "200", "--seed", "1"],
+            input,
+            None,
+        );
+        assert_eq!(c.code(), 2, "{input:?}: {}", c.stderr());
+        assert!(c.stderr().contains(want), "{input:?}: {}", c.stderr());
+    }
+}
