@@ -55,6 +55,7 @@ pub mod plan;
 pub mod report;
 pub mod run;
 pub mod safetensors;
+pub mod serve;
 pub mod stream;
 pub mod tokenizer;
 pub mod units;

@@ -44,6 +44,7 @@ pub fn command_flags() -> Vec<(&'static str, Vec<String>)> {
         ("sim-cache", long(super::sim_cache::SPECS)),
         ("template", long(super::template::SPECS)),
         ("chat", long(&super::chat::specs())),
+        ("serve", long(&super::serve::specs())),
         ("completions", vec!["--help".into()]),
         ("help", Vec::new()),
     ]

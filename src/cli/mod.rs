@@ -12,6 +12,7 @@ pub mod output;
 pub mod pack_trunk;
 pub mod progress;
 pub mod run;
+pub mod serve;
 pub mod sim_cache;
 pub mod summary;
 pub mod template;
@@ -28,6 +29,8 @@ usage:
   k3 detokenize --tok DIR --ids 1,2,3
   k3 chat <model_dir> [--system TEXT] [--tools FILE] [--thinking E|off]   a conversation
   k3 template --tok DIR --messages FILE [--tools FILE] [--thinking E|off]   chat-template ids
+  k3 serve <model_dir> [--port N] [--host ADDR] [--api-key KEY] [--parallel N]
+                                    OpenAI-compatible HTTP server on 127.0.0.1 (k3 help serve)
   k3 pack-trunk <model_dir> <out>   pack the dense trunk for streaming from a fast disk
   k3 sim-cache <trace.bin> [--model DIR | --expert-bytes N] [--policy NAME]...
   k3 completions bash|zsh           shell completion script on standard output
@@ -52,6 +55,7 @@ pub const SUBCOMMANDS: &[&str] = &[
     "sim-cache",
     "template",
     "chat",
+    "serve",
     "completions",
     "help",
 ];
@@ -105,6 +109,7 @@ fn dispatch(args: Vec<OsString>) -> Result<()> {
             write_stdout(format!("k3 {} ({})\n", crate::VERSION, crate::GIT_COMMIT).as_bytes())
         }
         "run" => run::run(&args[1..]),
+        "serve" => serve::run(&args[1..]),
         "sim-cache" => sim_cache::run(&args[1..]),
         "pack-trunk" => pack_trunk::run(&args[1..]),
         // Anything else that is not a flag is the model directory of the main job.

@@ -29,11 +29,14 @@ mod batch;
 pub(crate) mod chat_open;
 mod inputs;
 mod memory;
+mod serve;
 mod state;
 
 use inputs::{check_inputs, compute, Inputs};
 use memory::{plan_memory, PlanInputs};
 use state::generation;
+
+pub(crate) use serve::prepare_serve;
 
 pub(crate) const SPECS: &[Spec] = &[
     Spec::Value("prompt"),
@@ -169,6 +172,12 @@ struct Request {
     pieces: PieceMode,
     /// `--io-depth`.
     io_depth: Option<usize>,
+    /// Snapshot slots planned besides the `--parallel` sequences (`serve`'s prefix pool; 0
+    /// for `run`); `None`: as many as `--parallel` (serve's default, so that the largest
+    /// fitting `--parallel` is searched with its pool).
+    snapshots: Option<usize>,
+    /// `k3 serve`: `--parallel` plans its request slots.
+    serve: bool,
 }
 
 /// A budget flag in decimal GB: a finite number > 0 (fractions allowed), as bytes.
@@ -287,9 +296,11 @@ fn stop_flags(a: &Args) -> Result<(Vec<u32>, Vec<String>)> {
     Ok((stop_ids, stop_texts))
 }
 
-/// The request of parsed arguments; `cmd` is `run` or `chat` (which has no prompt flags: its
-/// messages come from standard input or `--messages`).
+/// The request of parsed arguments; `cmd` is `run`, `chat` (which has no prompt flags: its
+/// messages come from standard input or `--messages`) or `serve` (no prompt either; it plans
+/// `--parallel` sequences without `--batch`).
 fn request_from_args(a: Args, cmd: &str) -> Result<Request> {
+    let serve = cmd == "serve";
     if a.positional.len() != 1 {
         return Err(Error::invalid(format!(
             "{cmd}: expected one model directory, found {} positional argument{} (see k3 --help)",
@@ -352,7 +363,7 @@ fn request_from_args(a: Args, cmd: &str) -> Result<Request> {
     if parallel == 0 {
         return Err(Error::invalid("flag `--parallel 0`: must be at least 1"));
     }
-    if batch.is_none() && a.value("parallel")?.is_some() {
+    if !serve && batch.is_none() && a.value("parallel")?.is_some() {
         return Err(Error::invalid(
             "flag `--parallel`: decodes the sequences of `--batch FILE` together; give --batch",
         ));
@@ -444,6 +455,8 @@ fn request_from_args(a: Args, cmd: &str) -> Result<Request> {
         policy,
         pieces,
         io_depth,
+        snapshots: Some(0),
+        serve,
         args: a,
     })
 }

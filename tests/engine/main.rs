@@ -21,6 +21,7 @@ mod json;
 mod model;
 mod plan;
 mod safetensors;
+mod serve;
 mod stream;
 mod support;
 mod tokenizer;

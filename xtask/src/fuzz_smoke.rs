@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::Instant;
 
 /// Every target in fuzz/Cargo.toml.
-pub const TARGETS: [&str; 9] = [
+pub const TARGETS: [&str; 10] = [
     "json",
     "config",
     "safetensors_header",
@@ -22,6 +22,7 @@ pub const TARGETS: [&str; 9] = [
     "batch_input",
     "chat_reply",
     "http_request",
+    "serve_request",
 ];
 
 const DEFAULT_SECONDS: u64 = 30;

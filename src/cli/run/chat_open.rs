@@ -162,7 +162,7 @@ fn largest_ctx(
             ex,
             want_all: false,
         };
-        plan_run(&model_sizes(&pi, CHAT_SEQUENCES), &req.budget, available)
+        plan_run(&model_sizes(&pi, CHAT_SEQUENCES, n), &req.budget, available)
     };
     if fit(most, inp).is_ok() {
         return Ok(most);

@@ -34,7 +34,7 @@ pub(super) fn plan_memory(c: &PlanInputs<'_>, rep: &mut RunReport) -> Result<Run
             crate::sayln!("{s}");
         }
     };
-    let sizes_for = |par: usize| model_sizes(c, par);
+    let sizes_for = |par: usize| model_sizes(c, par, c.inp.positions);
     let sizes = sizes_for(req.parallel);
     let available = crate::io::sys::memory_available().available();
     let rp = match plan_run(&sizes, &req.budget, available) {
@@ -62,9 +62,41 @@ pub(super) fn plan_memory(c: &PlanInputs<'_>, rep: &mut RunReport) -> Result<Run
     Ok(rp)
 }
 
+/// The largest `--ctx` (positions per sequence, at most `max_positions`) whose plan fits
+/// with the run's `--parallel` sequences and snapshot slots (fitting is monotone in the
+/// positions), or `None` when not even one position fits.
+pub(super) fn largest_ctx(c: &PlanInputs<'_>, max_positions: usize) -> Option<usize> {
+    let available = crate::io::sys::memory_available().available();
+    let fit =
+        |n: usize| plan_run(&model_sizes(c, c.req.parallel, n), &c.req.budget, available).is_ok();
+    largest_fitting(max_positions, &fit)
+}
+
+/// The largest n in 1..=`most` with `fit(n)`, by bisection (`fit` monotone: true up to some
+/// n, false after), or `None` when `fit(1)` is false.
+fn largest_fitting(most: usize, fit: &dyn Fn(usize) -> bool) -> Option<usize> {
+    if !fit(1) {
+        return None;
+    }
+    let (mut lo, mut hi) = (1usize, most.max(1));
+    if fit(hi) {
+        return Some(hi);
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fit(mid) {
+            lo = mid
+        } else {
+            hi = mid
+        }
+    }
+    Some(lo)
+}
+
 /// The sizes the planner needs for `par` sequences decoding together (each with its KDA
-/// state and MLA cache for the positions; a step's forward over `par` rows).
-pub(super) fn model_sizes(c: &PlanInputs<'_>, par: usize) -> ModelSizes {
+/// state and MLA cache for `positions`; a step's forward over `par` rows), plus the run's
+/// snapshot slots (each planned as one more sequence: a snapshot holds at most that).
+pub(super) fn model_sizes(c: &PlanInputs<'_>, par: usize, positions: usize) -> ModelSizes {
     let (req, inp, prep) = (c.req, c.inp, c.prep);
     ModelSizes::for_run(
         &inp.d,
@@ -78,11 +110,11 @@ pub(super) fn model_sizes(c: &PlanInputs<'_>, par: usize) -> ModelSizes {
                 .collect(),
             embed: prep.tables.embed.len,
             lm_head: prep.tables.lm_head.as_ref().map(|m| m.len).unwrap_or(0),
-            positions: inp.positions,
+            positions,
             chunk: req.chunk,
             all_logits: c.want_all,
             threads: c.ex.threads(),
-            sequences: par,
+            sequences: par + req.snapshots.unwrap_or(par),
             spec: req.spec,
             tokenizer: tokenizer_bytes(&req.args, &req.model_dir),
             tensor_index: c.index.heap_bytes() as u64,
@@ -99,26 +131,15 @@ fn parallel_shortfall(
     e: Error,
 ) -> Error {
     let par = req.parallel;
-    // only --batch has a --parallel to blame (chat plans its live sequence and a snapshot)
-    if par <= 1 || e.exit_code() != 3 || req.batch.is_none() {
+    // only --batch and serve have a --parallel to blame (chat plans its live sequence and a
+    // snapshot)
+    if par <= 1 || e.exit_code() != 3 || !(req.batch.is_some() || req.serve) {
         return e;
     }
     // the largest fitting N, by bisection (fitting is monotone in N)
     let fit = |n: usize| plan_run(&sizes_for(n), &req.budget, available).is_ok();
-    let fits = if !fit(1) {
-        None
-    } else {
-        let (mut lo, mut hi) = (1usize, par);
-        while hi - lo > 1 {
-            let mid = lo + (hi - lo) / 2;
-            if fit(mid) {
-                lo = mid
-            } else {
-                hi = mid
-            }
-        }
-        Some(lo)
-    };
+    // par itself does not fit: the answer is below it
+    let fits = largest_fitting(par - 1, &fit);
     Error::resources(format!(
         "flag `--parallel {par}`: {}; {}",
         e.message,

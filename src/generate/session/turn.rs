@@ -76,3 +76,41 @@ impl Sequence {
         self.released.clear();
     }
 }
+
+impl Sequence {
+    /// Replaces the sampler settings (a server request continuing a snapshot taken by another
+    /// request: its own temperature, top-k/p, min-p and seed). A draw depends only on the
+    /// logits, the settings and the position (ENGINE.md §8), so this gives the ids a fresh
+    /// sequence with these settings would choose.
+    pub fn set_settings(&mut self, settings: super::SamplerSettings) {
+        self.settings = settings;
+    }
+
+    /// Starts a new turn with no new input, at the end of the ids as they stand: a snapshot
+    /// taken at the end of a prompt, restored for a request of exactly those ids. The pending
+    /// logits of the last position are chosen from next; nothing runs before the first
+    /// [`Session::step`](super::Session::step) (do not prefill). The per-turn state is reset
+    /// as [`Sequence::continue_with`] does and the stop rules that fire before any choice are
+    /// applied.
+    ///
+    /// Errors (exit 2): no pending logits (the sequence's last position has not run, or its
+    /// last id was chosen but not run); `rules`' `--ctx` below the ids.
+    pub fn restart_turn(&mut self, rules: StopRules) -> Result<()> {
+        if self.logits.is_empty() || self.state.n_pos != self.ids.len() || self.pending.is_some() {
+            return Err(Error::invalid(
+                "restart a turn: the sequence has no pending logits at the end of its ids",
+            ));
+        }
+        rules.check_prompt(self.ids.len() as u64)?;
+        self.prompt_len = self.ids.len();
+        self.text = if rules.stop_texts().is_empty() {
+            None
+        } else {
+            Some((StreamDecoder::new(), StopText::new(rules.stop_texts())))
+        };
+        self.stop = rules.before_first(self.ids.len() as u64);
+        self.rules = rules;
+        self.released.clear();
+        Ok(())
+    }
+}

@@ -14,6 +14,7 @@ const SUBCOMMANDS: &[&str] = &[
     "pack-trunk",
     "sim-cache",
     "template",
+    "serve",
 ];
 
 #[test]

@@ -1,0 +1,180 @@
+//! The model side of `k3 serve` (ENGINE.md §11): the run's flags, inputs, compute path and
+//! memory plan — with `--parallel N` sequence slots and the snapshot pool planned, and
+//! `--ctx` by default the largest that fits (printed) — and then the binding, in two steps so
+//! that the server can listen (answering `/health` with 503) while the weights load.
+
+use super::inputs::{check_inputs, compute, Inputs};
+use super::memory::{largest_ctx, plan_memory, PlanInputs};
+use super::{open_packed, open_session, request_from_args, Bound, Request};
+use crate::bind::streamed::{self as bind, Prepared};
+use crate::census::Census;
+use crate::checkpoint::TensorIndex;
+use crate::cli::args::Args;
+use crate::error::{Error, Result};
+use crate::io::IoFile;
+use crate::model::Exec;
+use crate::plan::RunPlan;
+use crate::report::RunReport;
+use crate::run::RunSession;
+use crate::stream::pack::PackedTrunk;
+use crate::tokenizer::Tokenizer;
+use std::sync::Arc;
+
+/// A served model, planned but not loaded ([`prepare_serve`]); [`ServePrepared::load`] binds it.
+pub(crate) struct ServePrepared {
+    req: Request,
+    inp: Inputs,
+    ex: Option<Exec>,
+    index: TensorIndex,
+    census: Census,
+    prep: Prepared,
+    packed: Option<(PackedTrunk, Arc<IoFile>)>,
+    plan: RunPlan,
+    /// The report the plan filled (budget, plan figures).
+    pub(crate) rep: RunReport,
+}
+
+/// A served model, loaded: the session (one thread owns it) and what requests are checked
+/// against.
+pub(crate) struct ServeModel {
+    /// The session over the bound model (no tokenizer: the server matches `stop` itself).
+    pub(crate) sess: RunSession<'static>,
+}
+
+impl ServePrepared {
+    /// The tokenizer (`--tok`, or the model directory's), shared with the request handlers.
+    pub(crate) fn take_tokenizer(&mut self) -> Option<Tokenizer> {
+        self.inp.tok.take()
+    }
+    /// Positions each sequence may reach (`--ctx`, or the largest that fits).
+    pub(crate) fn ctx(&self) -> usize {
+        self.inp.positions
+    }
+    /// The end ids: `[EOS]` and `<|end_of_msg|>` with a tokenizer (ENGINE.md §3), plus
+    /// `--stop-id`.
+    pub(crate) fn end_ids(&self) -> Vec<u32> {
+        let mut e = self.inp.end_ids.clone();
+        e.extend(&self.req.stop_ids);
+        e
+    }
+    /// The vocabulary size V.
+    pub(crate) fn vocab(&self) -> usize {
+        self.inp.d.v
+    }
+    /// The model directory.
+    pub(crate) fn model_dir(&self) -> &std::path::Path {
+        &self.req.model_dir
+    }
+    /// `--parallel N`.
+    pub(crate) fn parallel(&self) -> usize {
+        self.req.parallel
+    }
+    /// The plan's one-line summary for the startup line: budget name and total.
+    pub(crate) fn plan_summary(&self) -> String {
+        format!(
+            "{} budget, {} planned",
+            self.plan.budget_name,
+            crate::units::gb(self.plan.memory.total)
+        )
+    }
+
+    /// Binds the checkpoint as planned ([`Run::open`]) and makes the session.
+    ///
+    /// Errors: those of [`Run::open`] (exit 2 for a bad tensor, 3 if memory is refused, 4 for
+    /// a failed read).
+    pub(crate) fn load(mut self) -> Result<ServeModel> {
+        let ex = self
+            .ex
+            .take()
+            .ok_or_else(|| Error::internal("serve: the compute path was taken twice"))?;
+        let bound = Bound {
+            index: &self.index,
+            census: &self.census,
+            prep: &self.prep,
+            packed: self.packed.as_ref(),
+            rp: &self.plan,
+        };
+        let sess = open_session(&self.req, &mut self.inp, &bound, ex, &mut self.rep)?;
+        Ok(ServeModel { sess })
+    }
+}
+
+/// Checks `k3 serve`'s model flags (`a`, parsed against the serve specs), the config and
+/// tokenizer, and plans memory for `parallel` sequences plus `snapshots` pool slots at
+/// `--ctx` positions (default: the largest that fits, at most `max_position_embeddings`);
+/// prints the plan unless `--quiet`.
+///
+/// Errors: the run's flag and input errors (exit 2); a plan that does not fit (exit 3, naming
+/// the largest `--parallel` that does); no tokenizer (exit 2: the server speaks text).
+pub(crate) fn prepare_serve(
+    a: Args,
+    parallel: usize,
+    snapshots: Option<usize>,
+) -> Result<ServePrepared> {
+    let mut req = request_from_args(a, "serve")?;
+    req.parallel = parallel;
+    req.snapshots = snapshots;
+    req.gen = 0;
+    let mut rep = RunReport {
+        model_dir: req.model_dir.display().to_string(),
+        ..RunReport::default()
+    };
+    let mut inp = check_inputs(&req, &mut rep)?;
+    if inp.tok.is_none() {
+        return Err(Error::invalid(format!(
+            "serve: {} holds no tokenizer ({}); give --tok DIR",
+            req.model_dir.display(),
+            crate::tokenizer::TIKTOKEN_FILE
+        )));
+    }
+    let ex = compute(&req, &mut rep)?;
+    let index = TensorIndex::open(&req.model_dir)?;
+    let census = Census::run(&inp.cfg, &index);
+    if inp.layers == inp.d.nl {
+        census.check(&req.model_dir.display().to_string())?;
+    }
+    let prep = bind::prepare(&index, &inp.cfg, inp.layers)?;
+    let packed = open_packed(&req, &inp, &index)?;
+    let maxp = inp
+        .cfg
+        .max_position_embeddings
+        .map_or(usize::MAX / 2, |m| m.min(usize::MAX as u64 / 2) as usize);
+    if req.ctx.is_none() {
+        let pi = PlanInputs {
+            req: &req,
+            inp: &inp,
+            index: &index,
+            prep: &prep,
+            ex: &ex,
+            want_all: false,
+        };
+        // none fits: plan one position so that the plan's own error names the shortfall
+        inp.positions = largest_ctx(&pi, maxp).unwrap_or(1);
+        if !req.quiet {
+            crate::sayln!(
+                "context: {} positions per sequence (the largest that fits; give --ctx N to choose)",
+                inp.positions
+            );
+        }
+    }
+    let pi = PlanInputs {
+        req: &req,
+        inp: &inp,
+        index: &index,
+        prep: &prep,
+        ex: &ex,
+        want_all: false,
+    };
+    let plan = plan_memory(&pi, &mut rep)?;
+    Ok(ServePrepared {
+        req,
+        inp,
+        ex: Some(ex),
+        index,
+        census,
+        prep,
+        packed,
+        plan,
+        rep,
+    })
+}

@@ -1,0 +1,297 @@
+//! `k3 serve <model_dir> [options]`: the OpenAI-compatible server (ENGINE.md §11). Flags, the
+//! security rule (a non-loopback `--host` needs an API key), the listener (`--port 0` prints
+//! the port; a port in use is exit 2), the plan (exit 3 naming the largest `--parallel` that
+//! fits), loading while `/health` says 503, the startup line, and the SIGINT/SIGTERM drain.
+
+use super::args::{Args, Spec};
+use crate::error::{Error, Result};
+use crate::generate::defaults::chat_defaults;
+use crate::http::{self, Shutdown};
+use crate::serve::api;
+use crate::serve::handler::{unix_now, Server};
+use crate::serve::metrics::Metrics;
+use crate::serve::pool::SnapshotPool;
+use crate::serve::sched::{Queue, Scheduler};
+use std::ffi::OsString;
+use std::net::{IpAddr, Ipv4Addr, TcpListener};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// `serve`'s own flags.
+const SERVE_SPECS: &[Spec] = &[
+    Spec::Value("port"),
+    Spec::Value("host"),
+    Spec::Value("api-key"),
+    Spec::Value("queue"),
+    Spec::Value("snapshots"),
+    Spec::Value("max-body-mb"),
+    Spec::Value("cors"),
+    Spec::Switch("log-prompts"),
+    Spec::Value("model-id"),
+];
+
+/// The run flags `serve` takes (memory, compute, tokenizer, context, slots).
+const RUN_FLAGS: &[&str] = &[
+    "tok",
+    "config",
+    "ctx",
+    "parallel",
+    "preset",
+    "mem-gb",
+    "trunk",
+    "trunk-gb",
+    "trunk-ring",
+    "cache-gb",
+    "cache-policy",
+    "prefill-chunk",
+    "stop-id",
+    "threads",
+    "isa",
+    "layers",
+    "quiet",
+    "help",
+];
+
+/// Every flag of `k3 serve`: its own and the run's of [`RUN_FLAGS`] (one table for both).
+pub(crate) fn specs() -> Vec<Spec> {
+    let run = super::run::SPECS
+        .iter()
+        .filter(|s| RUN_FLAGS.contains(&s.name()));
+    SERVE_SPECS.iter().chain(run).copied().collect()
+}
+
+const USAGE: &str = "\
+usage: k3 serve <model_dir> [options]
+  An OpenAI-compatible HTTP/1.1 server: POST /v1/chat/completions, POST /v1/completions,
+  GET /v1/models, GET /health (503 until loaded), GET /metrics (docs/cli.md, README).
+  --port N             port (default 8000; 0 picks a free one, printed)
+  --host ADDR          address to bind (default 127.0.0.1; any other needs an API key)
+  --api-key KEY        require `Authorization: Bearer KEY` (also K3_API_KEY)
+  --parallel N         sequences decoding together, planned up front (default 4)
+  --queue N            requests waiting for a slot at most; more get 503 (default 64)
+  --snapshots N        prompt snapshots kept for prefix reuse, planned (default: --parallel)
+  --ctx N              positions per sequence (default: the largest that fits, printed)
+  --max-body-mb X      request body limit in decimal MB (default 8)
+  --cors ORIGIN        send Access-Control-Allow-Origin: ORIGIN (no CORS headers without it)
+  --log-prompts        put request bodies in the log (never by default)
+  --model-id ID        the model name clients use (default: the directory name)
+  --stop-id ID         extra end id (repeatable)
+  Memory and compute as for run: --preset, --mem-gb, --trunk, --trunk-gb, --trunk-ring,
+  --cache-gb, --cache-policy, --prefill-chunk, --threads, --isa, --tok, --config, --layers
+  --quiet              no plan lines (the startup and request lines stay)
+";
+
+/// Settings of the server itself (not of the model).
+struct ServeFlags {
+    ip: IpAddr,
+    port: u16,
+    api_key: Option<String>,
+    parallel: usize,
+    queue: usize,
+    /// `--snapshots`, else as many as `--parallel`.
+    snapshots: Option<usize>,
+    max_body: usize,
+    cors: Option<String>,
+    log_prompts: bool,
+    model_id: Option<String>,
+}
+
+fn count(a: &Args, name: &str, default: usize, min: usize) -> Result<usize> {
+    let v = a
+        .parsed::<usize>(name, "a non-negative integer")?
+        .unwrap_or(default);
+    if v < min {
+        return Err(Error::invalid(format!(
+            "flag `--{name} {v}`: must be at least {min}"
+        )));
+    }
+    Ok(v)
+}
+
+fn serve_flags(a: &Args) -> Result<ServeFlags> {
+    let host = a.value("host")?.unwrap_or_else(|| "127.0.0.1".to_string());
+    let ip: IpAddr = match host.as_str() {
+        "localhost" => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        h => h
+            .trim_matches(|c| c == '[' || c == ']')
+            .parse()
+            .map_err(|_| {
+                Error::invalid(format!(
+                    "flag `--host {host}`: not an IP address (e.g. 127.0.0.1, 0.0.0.0, ::1)"
+                ))
+            })?,
+    };
+    let port = a
+        .parsed::<u16>("port", "a port number 0 to 65535")?
+        .unwrap_or(8000);
+    let api_key = match a.value("api-key")? {
+        Some(k) => Some(k),
+        None => std::env::var("K3_API_KEY").ok(),
+    }
+    .filter(|k| !k.is_empty());
+    if !ip.is_loopback() && api_key.is_none() {
+        return Err(Error::invalid(format!(
+            "flag `--host {host}`: a non-loopback address serves other machines; give an API key \
+             with --api-key KEY or K3_API_KEY (or bind 127.0.0.1)"
+        )));
+    }
+    let max_body = match a.value("max-body-mb")? {
+        None => 8_000_000,
+        Some(v) => {
+            let x: f64 = v.trim().parse().map_err(|_| {
+                Error::invalid(format!(
+                    "flag `--max-body-mb {v}`: expected decimal megabytes"
+                ))
+            })?;
+            if !(x.is_finite() && x > 0.0 && x * 1e6 < usize::MAX as f64) {
+                return Err(Error::invalid(format!(
+                    "flag `--max-body-mb {v}`: expected a positive number of decimal megabytes"
+                )));
+            }
+            (x * 1e6) as usize
+        }
+    };
+    let parallel = count(a, "parallel", 4, 1)?;
+    Ok(ServeFlags {
+        ip,
+        port,
+        api_key,
+        parallel,
+        queue: count(a, "queue", 64, 0)?,
+        snapshots: a.parsed::<usize>("snapshots", "a non-negative integer")?,
+        max_body,
+        cors: a.value("cors")?.filter(|c| !c.is_empty()),
+        log_prompts: a.switch("log-prompts"),
+        model_id: a.value("model-id")?,
+    })
+}
+
+/// Binds the listener: a port in use (or an address not of this machine) is exit 2 naming
+/// the address.
+fn bind(ip: IpAddr, port: u16) -> Result<TcpListener> {
+    TcpListener::bind((ip, port)).map_err(|e| {
+        let addr = std::net::SocketAddr::new(ip, port);
+        match e.kind() {
+            std::io::ErrorKind::AddrInUse => Error::invalid(format!(
+                "flag `--port {port}`: address {addr} is already in use; give another --port (0 picks a free one)"
+            )),
+            _ => Error::invalid(format!("flags `--host`/`--port`: cannot listen on {addr}: {e}")),
+        }
+    })
+}
+
+/// Runs `k3 serve`; returns after a SIGINT/SIGTERM drain (exit 0).
+pub fn run(argv: &[OsString]) -> Result<()> {
+    let Some(a) = Args::parse_or_help(argv, &specs(), USAGE)? else {
+        return Ok(());
+    };
+    let f = serve_flags(&a)?;
+    let listener = bind(f.ip, f.port)?;
+    let mut prep = crate::cli::run::prepare_serve(a, f.parallel, f.snapshots)?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Error::io(format!("the listening socket: {e}")))?;
+    let model_dir = prep.model_dir().to_path_buf();
+    let model_id = f.model_id.clone().unwrap_or_else(|| {
+        model_dir
+            .canonicalize()
+            .unwrap_or_else(|_| model_dir.clone())
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "k3".to_string())
+    });
+    let defaults = chat_defaults(&model_dir)?;
+    let tok = prep
+        .take_tokenizer()
+        .ok_or_else(|| Error::internal("serve: no tokenizer after the checks"))?;
+    crate::io::signal::install_terminate_handler()
+        .map_err(|e| Error::internal(format!("serve: {e}")))?;
+    let (ctx, parallel) = (prep.ctx(), prep.parallel());
+    let snapshots = f.snapshots.unwrap_or(parallel);
+    let queue = Arc::new(Queue::new(f.queue, parallel));
+    let metrics = Arc::new(Metrics::default());
+    let end_ids = prep.end_ids();
+    let server = Arc::new(Server {
+        tok: Arc::new(tok),
+        limits: api::Limits {
+            model_id: model_id.clone(),
+            ctx,
+            vocab: prep.vocab(),
+            defaults,
+        },
+        end_ids: end_ids.clone(),
+        queue: Arc::clone(&queue),
+        metrics: Arc::clone(&metrics),
+        loaded: AtomicBool::new(false),
+        api_key: f.api_key.clone(),
+        cors: f.cors.clone(),
+        log_prompts: f.log_prompts,
+        started: unix_now(),
+        counter: AtomicU64::new(0),
+    });
+    crate::sayln!(
+        "k3 serve: listening on http://{addr} (loading the model; /health is 503 until ready)"
+    );
+    let limits = http::Limits {
+        max_body_bytes: f.max_body,
+        ..http::Limits::default()
+    };
+    let shutdown = Shutdown::new();
+    let http_thread = {
+        let (server, shutdown) = (Arc::clone(&server), shutdown.clone());
+        std::thread::Builder::new()
+            .name("k3-accept".into())
+            .spawn(move || http::serve(listener, limits, server, shutdown))
+            .map_err(|e| Error::resources(format!("serve: cannot start the accept thread: {e}")))?
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (stop, shutdown, queue) = (Arc::clone(&stop), shutdown.clone(), Arc::clone(&queue));
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                if crate::io::signal::terminate_requested() {
+                    crate::sayln!(
+                        "k3 serve: signal received; draining (finishing running requests)"
+                    );
+                    queue.close();
+                    stop.store(true, Ordering::SeqCst);
+                    shutdown.request();
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    let plan = prep.plan_summary();
+    let loaded = prep.load();
+    let res = loaded.map(|mut model| {
+        server.loaded.store(true, Ordering::SeqCst);
+        crate::sayln!(
+            "k3 serve: ready on http://{addr}: model {model_id}, ctx {ctx}, {parallel} slots (--parallel), queue {}, {} snapshots, {plan}{}",
+            f.queue,
+            snapshots,
+            if f.api_key.is_some() { ", API key required" } else { "" }
+        );
+        let mut sched = Scheduler {
+            queue: &queue,
+            pool: SnapshotPool::new(snapshots),
+            ctx,
+            end_ids,
+            vocab: server.limits.vocab,
+            metrics: &metrics,
+            stop: &stop,
+            drain: Duration::from_secs(30),
+        };
+        sched.run(&mut model.sess);
+    });
+    stop.store(true, Ordering::SeqCst);
+    shutdown.request();
+    let _ = watcher.join();
+    let served = http_thread
+        .join()
+        .map_err(|_| Error::internal("serve: the accept thread panicked"))?;
+    res?;
+    served.map_err(|e| Error::io(format!("serve: the listener on {addr} failed: {e}")))?;
+    crate::sayln!("k3 serve: stopped");
+    Ok(())
+}

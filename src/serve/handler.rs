@@ -1,0 +1,247 @@
+//! The routes of `k3 serve` (ENGINE.md §11) on the HTTP transport: `/health` (503 until the
+//! model is loaded), `/metrics`, `/v1/models`, `/v1/chat/completions`, `/v1/completions`;
+//! the API key (Bearer, compared in constant time), CORS only when `--cors` names an origin,
+//! and one log line per request (no prompt text unless `--log-prompts`).
+
+use super::api::{self, ApiError};
+use super::encode;
+use super::metrics::Metrics;
+use super::run::{self, Outcome};
+use super::sched::Queue;
+use crate::http::{Handler, Request, Responder, Response};
+use crate::tokenizer::Tokenizer;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// Everything the request handlers share.
+pub struct Server {
+    /// The tokenizer (chat template, reply parsing, completions' prompts).
+    pub tok: Arc<Tokenizer>,
+    /// What requests are checked against (model id, `--ctx`, V, sampler defaults).
+    pub limits: api::Limits,
+    /// End ids (`[EOS]`, `<|end_of_msg|>`, `--stop-id`): not completion text.
+    pub end_ids: Vec<u32>,
+    /// The scheduler's queue.
+    pub queue: Arc<Queue>,
+    /// Counters for `/metrics`.
+    pub metrics: Arc<Metrics>,
+    /// Raised once the model is loaded (`/health` 200, generation endpoints open).
+    pub loaded: AtomicBool,
+    /// `--api-key` / `K3_API_KEY`: every route but `/health` needs `Authorization: Bearer KEY`.
+    pub api_key: Option<String>,
+    /// `--cors ORIGIN`: the `Access-Control-Allow-Origin` value (no CORS headers without it).
+    pub cors: Option<String>,
+    /// `--log-prompts`: the request body goes into the log line.
+    pub log_prompts: bool,
+    /// Unix seconds at start (`/v1/models`' `created`).
+    pub started: u64,
+    /// Request counter (ids `chatcmpl-k3-N`, `cmpl-k3-N`, `req-N` in the log).
+    pub counter: AtomicU64,
+}
+
+/// Unix seconds now.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// `a == b` in time that depends only on the lengths (an API key never leaks by timing).
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = (a.len() ^ b.len()) as u64;
+    for i in 0..a.len().max(b.len()) {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0);
+        diff |= (x ^ y) as u64;
+    }
+    std::hint::black_box(diff) == 0
+}
+
+impl Server {
+    fn with_cors(&self, r: Response) -> Response {
+        match &self.cors {
+            Some(o) => r
+                .header("Access-Control-Allow-Origin", o)
+                .header("Vary", "Origin"),
+            None => r,
+        }
+    }
+
+    /// A JSON response, CORS headers added.
+    pub(super) fn json(&self, status: u16, body: String) -> Response {
+        self.with_cors(Response::new(status, "application/json", body.into_bytes()))
+    }
+
+    /// An error response; 503 says when to retry.
+    pub(super) fn error(&self, e: &ApiError) -> Response {
+        let r = self.json(e.status, e.body());
+        match e.status {
+            503 => r.header("Retry-After", "1"),
+            401 => r.header("WWW-Authenticate", "Bearer"),
+            _ => r,
+        }
+    }
+
+    /// The CORS headers for a streamed response.
+    pub(super) fn cors_headers(&self) -> Vec<(String, String)> {
+        match &self.cors {
+            Some(o) => vec![
+                ("Access-Control-Allow-Origin".into(), o.clone()),
+                ("Vary".into(), "Origin".into()),
+            ],
+            None => Vec::new(),
+        }
+    }
+
+    fn authorized(&self, req: &Request) -> Result<(), ApiError> {
+        let Some(key) = &self.api_key else {
+            return Ok(());
+        };
+        let given = req
+            .header("authorization")
+            .and_then(|h| {
+                h.strip_prefix("Bearer ")
+                    .or_else(|| h.strip_prefix("bearer "))
+            })
+            .map(str::trim);
+        match given {
+            Some(g) if constant_time_eq(g.as_bytes(), key.as_bytes()) => Ok(()),
+            Some(_) => Err(ApiError::other(
+                401,
+                "authentication_error",
+                "Authorization: wrong API key",
+            )),
+            None => Err(ApiError::other(
+                401,
+                "authentication_error",
+                "Authorization: missing; send `Authorization: Bearer <key>` (the server was started with an API key)",
+            )),
+        }
+    }
+
+    fn route(&self, req: &Request, out: &mut Responder<'_>, n: u64) -> Outcome {
+        let path = req.path();
+        let method = req.method.as_str();
+        if method == "OPTIONS" && self.cors.is_some() {
+            let r = self
+                .with_cors(Response::new(204, "text/plain", Vec::new()))
+                .header("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+                .header(
+                    "Access-Control-Allow-Headers",
+                    "Authorization, Content-Type",
+                )
+                .header("Access-Control-Max-Age", "600");
+            return Outcome::sent(out, r);
+        }
+        if path == "/health" {
+            let loaded = self.loaded.load(Ordering::SeqCst);
+            let (status, text) = if loaded {
+                (200, "ok")
+            } else {
+                (503, "loading")
+            };
+            let mut r = self.json(status, format!("{{\"status\":\"{text}\"}}"));
+            if !loaded {
+                r = r.header("Retry-After", "1");
+            }
+            return Outcome::sent(out, r);
+        }
+        if let Err(e) = self.authorized(req) {
+            return Outcome::sent(out, self.error(&e));
+        }
+        let allowed = match path {
+            "/metrics" | "/v1/models" => "GET",
+            "/v1/chat/completions" | "/v1/completions" => "POST",
+            _ => {
+                let e = ApiError::other(
+                    404,
+                    "not_found_error",
+                    format!(
+                        "{method} {path}: no such route (routes: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics)"
+                    ),
+                );
+                return Outcome::sent(out, self.error(&e));
+            }
+        };
+        if method != allowed && !(allowed == "GET" && method == "HEAD") {
+            let e = ApiError::other(
+                405,
+                "invalid_request_error",
+                format!("{method} {path}: method not allowed; use {allowed}"),
+            );
+            let r = self.error(&e).header("Allow", allowed);
+            return Outcome::sent(out, r);
+        }
+        match path {
+            "/metrics" => {
+                let body = self.metrics.render().into_bytes();
+                let r = Response::new(200, "text/plain; version=0.0.4", body);
+                Outcome::sent(out, self.with_cors(r))
+            }
+            "/v1/models" => {
+                let body = encode::models(&self.limits.model_id, self.started).to_json();
+                Outcome::sent(out, self.json(200, body))
+            }
+            _ if !self.loaded.load(Ordering::SeqCst) => {
+                let e = ApiError::other(
+                    503,
+                    "overloaded_error",
+                    "the model is still loading; retry shortly (GET /health says when it is ready)",
+                );
+                Outcome::sent(out, self.error(&e))
+            }
+            "/v1/chat/completions" => run::chat(self, req, out, n),
+            _ => run::completion(self, req, out, n),
+        }
+    }
+}
+
+impl Handler for Server {
+    fn handle(&self, req: &Request, out: &mut Responder<'_>) {
+        let t0 = Instant::now();
+        let n = self.counter.fetch_add(1, Ordering::Relaxed) + 1;
+        let o = self.route(req, out, n);
+        self.metrics.request(o.status);
+        let mut line = format!(
+            "k3 serve: req-{n} {} {} {} {} prompt={} completion={} cached={} {:.3}s",
+            req.peer.ip(),
+            req.method,
+            req.path(),
+            o.status,
+            o.usage.prompt_tokens,
+            o.usage.completion_tokens,
+            o.usage.cached_tokens,
+            t0.elapsed().as_secs_f64()
+        );
+        if let Some(e) = &o.error {
+            line.push_str(&format!(" error={e:?}"));
+        }
+        if self.log_prompts && !req.body.is_empty() {
+            let b = String::from_utf8_lossy(&req.body[..req.body.len().min(4096)]).into_owned();
+            line.push_str(&format!(" body={b:?}"));
+        }
+        crate::sayln!("{line}");
+    }
+
+    fn refused(&self, peer: SocketAddr, status: u16, message: &str) {
+        self.metrics.request(status);
+        crate::sayln!("k3 serve: refused {} {status} {message:?}", peer.ip());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_time_eq;
+
+    #[test]
+    fn keys_compare_by_value_and_length() {
+        assert!(constant_time_eq(b"sekrit", b"sekrit"));
+        assert!(!constant_time_eq(b"sekrit", b"sekriT"));
+        assert!(!constant_time_eq(b"sekrit", b"sekrit2"));
+        assert!(!constant_time_eq(b"", b"x"));
+        assert!(constant_time_eq(b"", b""));
+    }
+}

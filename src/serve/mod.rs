@@ -1,0 +1,18 @@
+//! `k3 serve` (ENGINE.md §11): an OpenAI-compatible HTTP server over one [`Session`]
+//! (`crate::generate::session`). Request handlers (one thread per connection, [`crate::http`])
+//! decode bodies ([`api`]), submit jobs to the scheduler's bounded queue ([`sched`]) and turn
+//! its events into responses ([`run`], [`reply`], [`encode`]); the scheduler thread owns the
+//! session, steps every active sequence in one forward and keeps the snapshot pool
+//! ([`pool`]); [`metrics`] counts for `/metrics`; [`handler`] routes, checks the API key and
+//! logs one line per request.
+//!
+//! [`Session`]: crate::generate::session::Session
+
+pub mod api;
+pub mod encode;
+pub mod handler;
+pub mod metrics;
+pub mod pool;
+pub mod reply;
+pub mod run;
+pub mod sched;

@@ -1,0 +1,434 @@
+//! One generation request end to end (ENGINE.md §11): decode the body, queue the job (503
+//! with `Retry-After` when the queue is full), then turn the scheduler's events into the
+//! response — whole, or as Server-Sent Events in the OpenAI chunk shape with prefill progress
+//! as comment lines. A client that disconnects, or a `stop` string, drops the job's receiver,
+//! which frees its slot at the next step.
+
+use super::api::{self, ApiError, GenParams};
+use super::encode::{self, Head, Usage};
+use super::handler::{unix_now, Server};
+use super::reply::{token_logprob, Piece, ReplyBuilder, TokenLogprob};
+use super::sched::{Event, Job};
+use crate::generate::sample::os_seed;
+use crate::generate::stop::StopReason;
+use crate::http::{Request, Responder, Response, Stream};
+use crate::json::Value;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::Duration;
+
+/// What a handler did, for the log line and the metrics.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// The status sent.
+    pub status: u16,
+    /// The request's token counts.
+    pub usage: Usage,
+    /// The refused field or error type (never prompt text).
+    pub error: Option<String>,
+}
+
+impl Outcome {
+    /// Sends `r` and reports its status.
+    pub fn sent(out: &mut Responder<'_>, r: Response) -> Outcome {
+        let status = r.status;
+        let _ = out.send(r);
+        Outcome {
+            status,
+            ..Outcome::default()
+        }
+    }
+
+    /// The client went away before the response was complete (logged as 499).
+    fn gone() -> Outcome {
+        Outcome {
+            status: 499,
+            usage: Usage::default(),
+            error: Some("client disconnected".into()),
+        }
+    }
+
+    fn refused(server: &Server, out: &mut Responder<'_>, e: &ApiError) -> Outcome {
+        let mut o = Outcome::sent(out, server.error(e));
+        o.error = Some(e.param.clone().unwrap_or_else(|| e.kind.to_string()));
+        o
+    }
+}
+
+/// The kind of reply: a chat turn (thinking on or off; the generation stub's length) or a
+/// plain completion.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Chat { thinking: bool, stub: usize },
+    Completion,
+}
+
+fn seed_source() -> impl FnMut() -> u64 {
+    // a sampled request without a seed: one from the OS (ENGINE.md §8 step 7)
+    || os_seed().unwrap_or(0x9E37_79B9_7F4A_7C15)
+}
+
+/// `POST /v1/chat/completions`.
+pub fn chat(server: &Server, req: &Request, out: &mut Responder<'_>, n: u64) -> Outcome {
+    let job = api::parse_body(&req.body)
+        .and_then(|o| api::chat_job(&o, &server.tok, &server.limits, &mut seed_source()));
+    match job {
+        Err(e) => Outcome::refused(server, out, &e),
+        Ok(j) => {
+            let kind = Kind::Chat {
+                thinking: j.thinking,
+                stub: j.stub,
+            };
+            generate(
+                server,
+                out,
+                j.ids,
+                j.params,
+                kind,
+                format!("chatcmpl-k3-{n}"),
+            )
+        }
+    }
+}
+
+/// `POST /v1/completions`.
+pub fn completion(server: &Server, req: &Request, out: &mut Responder<'_>, n: u64) -> Outcome {
+    let job = api::parse_body(&req.body)
+        .and_then(|o| api::completion_job(&o, &server.tok, &server.limits, &mut seed_source()));
+    match job {
+        Err(e) => Outcome::refused(server, out, &e),
+        Ok(j) => generate(
+            server,
+            out,
+            j.ids,
+            j.params,
+            Kind::Completion,
+            format!("cmpl-k3-{n}"),
+        ),
+    }
+}
+
+/// The tool-call id prefix: a function of the prompt ids (reproducible).
+fn call_base(ids: &[u32]) -> String {
+    let mut h = k3_kernels::Fnv1a64::new();
+    for id in ids {
+        h.update(&id.to_le_bytes());
+    }
+    format!("call_{:016x}", h.finish())
+}
+
+/// The reply as it is built: pieces, logprobs, usage; `emit` gets each increment.
+struct Running<'t> {
+    b: ReplyBuilder<'t>,
+    kind: Kind,
+    params: GenParams,
+    usage: Usage,
+    why: Option<StopReason>,
+}
+
+fn generate(
+    server: &Server,
+    out: &mut Responder<'_>,
+    ids: Vec<u32>,
+    params: GenParams,
+    kind: Kind,
+    id: String,
+) -> Outcome {
+    let (tx, rx) = mpsc::channel();
+    let prompt_tokens = match kind {
+        Kind::Chat { stub, .. } => ids.len().saturating_sub(stub),
+        Kind::Completion => ids.len(),
+    };
+    let base = call_base(&ids);
+    let job = Job {
+        max_tokens: params
+            .max_tokens
+            .unwrap_or(server.limits.ctx.saturating_sub(ids.len()) as u64),
+        settings: params.settings,
+        logprobs: params.logprobs,
+        progress: params.stream,
+        events: tx,
+        ids,
+    };
+    if server.queue.submit(job).is_err() {
+        let e = ApiError::other(
+            503,
+            "overloaded_error",
+            format!(
+                "the server is busy: {} requests are waiting (--queue); retry shortly",
+                server.queue.max_waiting
+            ),
+        );
+        return Outcome::refused(server, out, &e);
+    }
+    let chat = match kind {
+        Kind::Chat { thinking, .. } => Some(thinking),
+        Kind::Completion => None,
+    };
+    let mut r = Running {
+        b: ReplyBuilder::new(&server.tok, chat, &params.stop, &server.end_ids, base),
+        kind,
+        usage: Usage {
+            prompt_tokens,
+            ..Usage::default()
+        },
+        params,
+        why: None,
+    };
+    let head = Head {
+        id,
+        created: unix_now(),
+        model: server.limits.model_id.clone(),
+    };
+    if r.params.stream {
+        stream(server, out, &rx, &mut r, &head)
+    } else {
+        whole(server, out, &rx, &mut r, &head)
+    }
+}
+
+/// The next event; `None` when the client is gone (`gone()`) or the scheduler went away.
+fn next(rx: &Receiver<Event>, gone: &mut dyn FnMut() -> bool) -> Option<Event> {
+    loop {
+        match rx.recv_timeout(Duration::from_millis(250)) {
+            Ok(e) => return Some(e),
+            Err(RecvTimeoutError::Timeout) if !gone() => continue,
+            Err(_) => return None,
+        }
+    }
+}
+
+impl Running<'_> {
+    /// Reads one token; returns its pieces and logprob.
+    fn token(&mut self, id: u32, logits: Option<&[f32]>) -> (Vec<Piece>, Option<TokenLogprob>) {
+        let mut pieces = Vec::new();
+        let before = self.b.completion_tokens;
+        self.b.push(id, &mut pieces);
+        let counted = self.b.completion_tokens > before;
+        let lp = match (logits, counted) {
+            (Some(z), true) => token_logprob(z, id, self.params.top_logprobs),
+            _ => None,
+        };
+        (pieces, lp)
+    }
+
+    fn finish_reason(&self) -> &'static str {
+        self.b.finish_reason(self.why)
+    }
+
+    fn final_usage(&mut self) -> Usage {
+        // the stub's ids may be among the reused ones; they are not prompt tokens
+        self.usage.cached_tokens = self.usage.cached_tokens.min(self.usage.prompt_tokens);
+        self.usage.completion_tokens = self.b.completion_tokens;
+        self.usage.reasoning_tokens = match self.kind {
+            Kind::Chat { .. } => self.b.reasoning_tokens,
+            Kind::Completion => 0,
+        };
+        self.usage
+    }
+}
+
+fn failed(message: &str) -> ApiError {
+    ApiError::other(500, "server_error", format!("generation failed: {message}"))
+}
+
+/// A non-streaming response: every event, then one body.
+fn whole(
+    server: &Server,
+    out: &mut Responder<'_>,
+    rx: &Receiver<Event>,
+    r: &mut Running<'_>,
+    head: &Head,
+) -> Outcome {
+    let mut pieces = Vec::new();
+    let mut lps = Vec::new();
+    loop {
+        let Some(ev) = next(rx, &mut || out.disconnected()) else {
+            return Outcome::gone();
+        };
+        match ev {
+            Event::Started { cached } => r.usage.cached_tokens = cached,
+            Event::Progress { .. } => {}
+            Event::Token { id, logits } => {
+                let (p, lp) = r.token(id, logits.as_deref().map(|v| v.as_slice()));
+                pieces.extend(p);
+                lps.extend(lp);
+                if r.b.stopped {
+                    break;
+                }
+            }
+            Event::Done(why) => {
+                r.why = Some(why);
+                break;
+            }
+            Event::Failed(m) => return Outcome::refused(server, out, &failed(&m)),
+        }
+    }
+    r.b.finish(&mut pieces);
+    let usage = r.final_usage();
+    let finish = r.finish_reason();
+    let body = match r.kind {
+        Kind::Chat { .. } => {
+            let lp = r
+                .params
+                .logprobs
+                .then(|| encode::chat_logprobs(&server.tok, &lps));
+            encode::chat_completion(head, &pieces, finish, lp, &usage)
+        }
+        Kind::Completion => {
+            let text: String = pieces.iter().map(piece_text).collect();
+            let lp = r
+                .params
+                .logprobs
+                .then(|| encode::completion_logprobs(&server.tok, &lps, 0));
+            encode::completion(head, &text, Some(finish), lp, Some(&usage), false)
+        }
+    };
+    let mut o = Outcome::sent(out, server.json(200, body.to_json()));
+    o.usage = usage;
+    o
+}
+
+fn piece_text(p: &Piece) -> &str {
+    match p {
+        Piece::Content(t) | Piece::Reasoning(t) => t,
+        Piece::ToolCall { .. } => "",
+    }
+}
+
+/// A streamed response: SSE chunks as the events come.
+fn stream(
+    server: &Server,
+    out: &mut Responder<'_>,
+    rx: &Receiver<Event>,
+    r: &mut Running<'_>,
+    head: &Head,
+) -> Outcome {
+    let mut headers = vec![
+        ("Content-Type".to_string(), "text/event-stream".to_string()),
+        ("Cache-Control".to_string(), "no-cache".to_string()),
+    ];
+    headers.extend(server.cors_headers());
+    // the first event says whether the job started: a failure before it is a plain 500
+    let first = match next(rx, &mut || out.disconnected()) {
+        Some(Event::Failed(m)) => return Outcome::refused(server, out, &failed(&m)),
+        Some(e) => e,
+        None => return Outcome::gone(),
+    };
+    let Ok(mut s) = out.stream(200, headers) else {
+        return Outcome::gone();
+    };
+    let mut text_len = 0usize;
+    let send = |s: &mut Stream<'_>, v: Value| s.chunk(&encode::sse(&v)).is_ok();
+    let mut ev = Some(first);
+    while let Some(e) = ev.take() {
+        let ok = match e {
+            Event::Started { cached } => {
+                r.usage.cached_tokens = cached;
+                match r.kind {
+                    Kind::Chat { .. } => {
+                        let d = encode::message(&[], true, true);
+                        send(&mut s, encode::chat_chunk(head, Some(d), None, None, None))
+                    }
+                    Kind::Completion => true,
+                }
+            }
+            Event::Progress { done, total } => s
+                .chunk(&encode::sse_comment(&format!("prefill {done}/{total}")))
+                .is_ok(),
+            Event::Token { id, logits } => {
+                let (p, lp) = r.token(id, logits.as_deref().map(|v| v.as_slice()));
+                let ok = emit(server, &mut s, r, head, &p, lp, &mut text_len);
+                if r.b.stopped {
+                    break;
+                }
+                ok
+            }
+            Event::Done(why) => {
+                r.why = Some(why);
+                break;
+            }
+            Event::Failed(m) => {
+                let e = failed(&m);
+                let _ = s.chunk(format!("data: {}\n\n", e.body()).as_bytes());
+                let _ = s.chunk(encode::SSE_DONE);
+                let _ = s.finish();
+                let mut o = Outcome {
+                    status: 500,
+                    ..Outcome::default()
+                };
+                o.error = Some("server_error".into());
+                return o;
+            }
+        };
+        if !ok {
+            return Outcome {
+                usage: r.final_usage(),
+                ..Outcome::gone()
+            };
+        }
+        ev = next(rx, &mut || s.disconnected());
+        if ev.is_none() {
+            return Outcome {
+                usage: r.final_usage(),
+                ..Outcome::gone()
+            };
+        }
+    }
+    let mut tail = Vec::new();
+    r.b.finish(&mut tail);
+    emit(server, &mut s, r, head, &tail, None, &mut text_len);
+    let usage = r.final_usage();
+    let finish = r.finish_reason();
+    let last = match r.kind {
+        Kind::Chat { .. } => {
+            encode::chat_chunk(head, Some(Default::default()), Some(finish), None, None)
+        }
+        Kind::Completion => encode::completion(head, "", Some(finish), None, None, false),
+    };
+    send(&mut s, last);
+    if r.params.include_usage {
+        let u = match r.kind {
+            Kind::Chat { .. } => encode::chat_chunk(head, None, None, None, Some(&usage)),
+            Kind::Completion => encode::completion(head, "", None, None, Some(&usage), true),
+        };
+        send(&mut s, u);
+    }
+    let _ = s.chunk(encode::SSE_DONE);
+    let _ = s.finish();
+    Outcome {
+        status: 200,
+        usage,
+        error: None,
+    }
+}
+
+/// Writes the chunk of one increment (nothing when it is empty and has no logprob).
+fn emit(
+    server: &Server,
+    s: &mut Stream<'_>,
+    r: &Running<'_>,
+    head: &Head,
+    pieces: &[Piece],
+    lp: Option<TokenLogprob>,
+    text_len: &mut usize,
+) -> bool {
+    if pieces.is_empty() && lp.is_none() {
+        return true;
+    }
+    let lps: Vec<TokenLogprob> = lp.into_iter().collect();
+    let v = match r.kind {
+        Kind::Chat { .. } => {
+            let lpv = (!lps.is_empty()).then(|| encode::chat_logprobs(&server.tok, &lps));
+            let d = encode::message(pieces, true, false);
+            encode::chat_chunk(head, Some(d), None, lpv, None)
+        }
+        Kind::Completion => {
+            let text: String = pieces.iter().map(piece_text).collect();
+            let lpv = (!lps.is_empty())
+                .then(|| encode::completion_logprobs(&server.tok, &lps, *text_len));
+            *text_len += text.len();
+            encode::completion(head, &text, None, lpv, None, false)
+        }
+    };
+    s.chunk(&encode::sse(&v)).is_ok()
+}
