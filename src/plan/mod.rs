@@ -14,6 +14,7 @@
 //! one constructor ([`MemoryPlan::of_run`]). Size formatting lives in [`crate::units`].
 
 mod budget;
+pub mod released;
 mod sizes;
 mod tables;
 mod trunk;
