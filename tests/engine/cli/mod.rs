@@ -2,6 +2,7 @@
 //! files, and the output paths and streams a new user tried.
 
 mod habits;
+mod doctor;
 mod help;
 mod inspect;
 mod output;
