@@ -57,12 +57,14 @@ pub const PREFIX: &str = "language_model.";
 
 mod config;
 mod plan;
+mod sparse;
 mod spec;
 mod tensors;
 mod values;
 mod write;
 
 pub use plan::*;
+pub use sparse::*;
 pub use spec::*;
 pub use tensors::*;
 pub use values::*;
