@@ -104,6 +104,18 @@ pub struct SparseSummary {
     pub seconds: f64,
 }
 
+/// The plan [`generate_sparse`] writes: `spec`'s, with the released vision shards when
+/// `opts.released_vision`. Errors as [`generate_sparse`] (`InvalidInput`).
+pub fn sparse_plan(spec: &SynthSpec, opts: &SparseOptions) -> io::Result<Plan> {
+    let mut plan = spec
+        .plan()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("synth spec: {e}")))?;
+    if opts.released_vision {
+        released_vision(&mut plan)?;
+    }
+    Ok(plan)
+}
+
 /// Writes the sparse checkpoint of `spec` into `dir`: every shard (to `<name>.partial`,
 /// renamed when complete), then the index, `synth.json` and `config.json` last.
 ///
@@ -114,12 +126,7 @@ pub fn generate_sparse(
     dir: &Path,
     opts: &SparseOptions,
 ) -> io::Result<SparseSummary> {
-    let mut plan = spec
-        .plan()
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("synth spec: {e}")))?;
-    if opts.released_vision {
-        released_vision(&mut plan)?;
-    }
+    let plan = sparse_plan(spec, opts)?;
     prepare_dir(dir, opts.force)?;
     let t0 = Instant::now();
     let (mut written, mut real) = (0u64, 0usize);
