@@ -149,7 +149,10 @@ impl ModelFit {
     /// still fits. Unknown memory: the smallest budget.
     fn new(mem: &MemoryAvailable, threads: usize) -> Result<ModelFit> {
         let cfg = released::config()?;
-        let sizes = released::run_sizes(&cfg, POSITIONS, threads);
+        let mut sizes = released::run_sizes(&cfg, POSITIONS, threads);
+        // As the run counts it: the index and the expert location tables.
+        sizes.tensor_index +=
+            crate::bind::experts::location_table_bytes(&cfg, cfg.num_hidden_layers);
         let available = mem.available();
         let minimum = minimum_plan(&sizes, available).total;
         let presets = PRESETS

@@ -64,7 +64,7 @@ pub struct MemoryPlan {
     pub scratch: u64,
     /// Tokenizer tables (0 without a tokenizer).
     pub tokenizer: u64,
-    /// The tensor index.
+    /// The tensor index and the expert location tables (their names).
     pub tensor_index: u64,
     /// Sum of the items above.
     pub total: u64,

@@ -59,14 +59,19 @@ fn parse() -> Cli {
     cli
 }
 
-/// Children's (user, system) CPU seconds so far.
+/// Children's (user, system) CPU seconds so far: fields 16 and 17 (`cutime`, `cstime`) of
+/// `/proc/self/stat`, in clock ticks of 1/100 s (USER_HZ, fixed at 100 on Linux).
 fn children_cpu() -> (f64, f64) {
-    // SAFETY: rusage is plain old data, fully written by getrusage on success.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid pointer to a live rusage; RUSAGE_CHILDREN is always accepted.
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
-    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    (s(ru.ru_utime), s(ru.ru_stime))
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The command name (field 2) may hold spaces: count fields after its closing parenthesis.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    // rest starts at field 3: cutime is field 16 → index 13, cstime index 14.
+    let tick = |i: usize| f.get(i).copied().unwrap_or(0.0) / 100.0;
+    (tick(13), tick(14))
 }
 
 /// The smallest `--mem-gb` k3 accepts for this run: its refusal names the minimum (4 decimals);
@@ -140,7 +145,8 @@ fn run_one(cli: &Cli, label: &str, flags: &str, tmp: &Path) -> String {
     // The prediction at the same budget for the real model (same positions and threads).
     let cfg = released::config().unwrap();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let sizes = released::run_sizes(&cfg, IDS.split(',').count() + GEN, threads);
+    let mut sizes = released::run_sizes(&cfg, IDS.split(',').count() + GEN, threads);
+    sizes.tensor_index += k3::bind::experts::location_table_bytes(&cfg, cfg.num_hidden_layers);
     let rp = plan_run(&sizes, &budget_of(flags), None).expect("the prediction's plan");
     let tb = TokenBytes::of_plan(&rp, &sizes, released::moe_layers(&cfg));
     let cols = [
