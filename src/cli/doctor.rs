@@ -173,8 +173,8 @@ impl ModelFit {
         let min_tenths = tenth(minimum, true);
         let tenths = match available {
             Some(a) => {
-                let margin =
-                    ((a as f64 * crate::plan::AUTO_MARGIN_SHARE) as u64).max(crate::plan::AUTO_MARGIN_MIN);
+                let margin = ((a as f64 * crate::plan::AUTO_MARGIN_SHARE) as u64)
+                    .max(crate::plan::AUTO_MARGIN_MIN);
                 tenth(a.saturating_sub(margin), false).max(min_tenths)
             }
             None => min_tenths,
@@ -270,10 +270,16 @@ impl Disk {
                 }
             }
             let f = ProbeFile::create(dir, need + (1 << 20))?;
-            temp = Some((f.path().to_path_buf(), f.len as f64 / 1e6 / f.write_seconds.max(1e-9)));
+            temp = Some((
+                f.path().to_path_buf(),
+                f.len as f64 / 1e6 / f.write_seconds.max(1e-9),
+            ));
             src = FreshBytes::of_files(&[f.path().to_path_buf()])?.0;
             probe_file = Some(f);
-            format!("a temporary file in {} (written, synced, read once, removed)", dir.display())
+            format!(
+                "a temporary file in {} (written, synced, read once, removed)",
+                dir.display()
+            )
         };
         let mut rates = Vec::new();
         for (name, window, depth, reads) in plan {
@@ -338,8 +344,7 @@ fn dir_kind(dir: &Path) -> &'static str {
 /// `s` quoted for a POSIX shell when it needs it.
 fn shell_quote(s: &str) -> String {
     let plain = !s.is_empty()
-        && s
-            .bytes()
+        && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"/._-+=:,@".contains(&b));
     if plain {
         s.to_string()
@@ -396,13 +401,27 @@ impl Report<'_> {
         let _ = writeln!(s, "memory: {}", self.memory_line());
         let _ = writeln!(s, "disk: {}", self.disk.source);
         if let Some((p, w)) = &self.disk.temp {
-            let _ = writeln!(s, "  temporary file {} written at {w:.0} MB/s (buffered + fdatasync), removed", p.display());
+            let _ = writeln!(
+                s,
+                "  temporary file {} written at {w:.0} MB/s (buffered + fdatasync), removed",
+                p.display()
+            );
         }
-        for k in &self.disk.skipped {
-            let _ = writeln!(s, "  not read: {k}");
+        if let Some(first) = self.disk.skipped.first() {
+            let n = self.disk.skipped.len();
+            let more = if n > 1 {
+                format!(" and {} more", n - 1)
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                s,
+                "  not read: {first}{more} (holes read as zeros without touching the disk)"
+            );
         }
         for r in &self.disk.rates {
-            let _ = writeln!(
+            let _ =
+                writeln!(
                 s,
                 "  {:<8} windows of {:>9}, queue depth {}: {} reads, {} in {:.2} s = {:.0} MB/s{}",
                 r.name,
@@ -430,7 +449,11 @@ impl Report<'_> {
                 let _ = write!(
                     s,
                     "; cgroup {} {}: limit {}, usage {}, headroom {}",
-                    if c.version == CgroupVersion::V2 { "v2" } else { "v1" },
+                    if c.version == CgroupVersion::V2 {
+                        "v2"
+                    } else {
+                        "v1"
+                    },
                     c.dir.display(),
                     gb(c.limit),
                     gb(c.usage),
@@ -513,7 +536,14 @@ impl Report<'_> {
         let cgroup = m.cgroup.as_ref().map_or(Value::Null, |c| {
             Value::Object(
                 Object::new()
-                    .with("version", if c.version == CgroupVersion::V2 { 2u64 } else { 1 })
+                    .with(
+                        "version",
+                        if c.version == CgroupVersion::V2 {
+                            2u64
+                        } else {
+                            1
+                        },
+                    )
                     .with("dir", c.dir.display().to_string())
                     .with("limit", c.limit)
                     .with("usage", c.usage)
@@ -565,7 +595,13 @@ impl Report<'_> {
             .with("write_mb_per_s", tw)
             .with(
                 "not_read",
-                Value::Array(self.disk.skipped.iter().map(|k| Value::from(k.as_str())).collect()),
+                Value::Array(
+                    self.disk
+                        .skipped
+                        .iter()
+                        .map(|k| Value::from(k.as_str()))
+                        .collect(),
+                ),
             )
             .with("reads", Value::Array(reads))
     }

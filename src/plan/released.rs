@@ -168,7 +168,9 @@ impl TokenBytes {
 
 /// MoE layers of `cfg` (layers at or after `first_k_dense_replace`).
 pub fn moe_layers(cfg: &Config) -> usize {
-    (0..cfg.num_hidden_layers).filter(|&l| cfg.is_moe(l)).count()
+    (0..cfg.num_hidden_layers)
+        .filter(|&l| cfg.is_moe(l))
+        .count()
 }
 
 #[cfg(test)]

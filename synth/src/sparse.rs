@@ -59,7 +59,14 @@ fn released_vision(plan: &mut Plan) -> io::Result<()> {
     let mm: Vec<TensorDef> = (0..6)
         .map(|i| def(format!("mm_projector.proj.{i}.weight"), 1 << 20))
         .collect();
-    let parts = ["attn.qkv.weight", "attn.qkv.bias", "attn.wo.weight", "mlp.fc0.weight", "mlp.fc1.weight", "norm0.weight"];
+    let parts = [
+        "attn.qkv.weight",
+        "attn.qkv.bias",
+        "attn.wo.weight",
+        "mlp.fc0.weight",
+        "mlp.fc1.weight",
+        "norm0.weight",
+    ];
     let vt = |last: u64| -> Vec<TensorDef> {
         let mut v: Vec<TensorDef> = (0..27)
             .flat_map(|b| parts.iter().map(move |p| (b, p)))
@@ -68,7 +75,10 @@ fn released_vision(plan: &mut Plan) -> io::Result<()> {
         v.last_mut().expect("162 tensors").shape = vec![last as usize];
         v
     };
-    let names = (plan.shards[n - 2].file_name.clone(), plan.shards[n - 1].file_name.clone());
+    let names = (
+        plan.shards[n - 2].file_name.clone(),
+        plan.shards[n - 1].file_name.clone(),
+    );
     plan.shards[n - 2] = ShardPlan::new(names.0, mm);
     let mut last = 1u64 << 20;
     // The header length depends on the last size's digits: a few rounds reach the fixed point.
@@ -78,7 +88,9 @@ fn released_vision(plan: &mut Plan) -> io::Result<()> {
         if total == RELEASED_CHECKPOINT_BYTES {
             return Ok(());
         }
-        let want = (last + RELEASED_CHECKPOINT_BYTES).checked_sub(total).filter(|&w| w > 0);
+        let want = (last + RELEASED_CHECKPOINT_BYTES)
+            .checked_sub(total)
+            .filter(|&w| w > 0);
         last = want.ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -86,7 +98,9 @@ fn released_vision(plan: &mut Plan) -> io::Result<()> {
             )
         })?;
     }
-    Err(io::Error::other("synth: released vision sizes did not converge"))
+    Err(io::Error::other(
+        "synth: released vision sizes did not converge",
+    ))
 }
 
 /// What [`generate_sparse`] wrote.
@@ -165,7 +179,10 @@ pub fn generate_sparse(
     let apparent = plan.shard_bytes();
     write_small(dir, "model.safetensors.index.json", &plan.index_json())?;
     write_small(dir, "synth.json", &spec.synth_json(apparent))?;
-    let config = opts.config_json.clone().unwrap_or_else(|| spec.config_json());
+    let config = opts
+        .config_json
+        .clone()
+        .unwrap_or_else(|| spec.config_json());
     write_small(dir, "config.json", &config)?;
     Ok(SparseSummary {
         plan,

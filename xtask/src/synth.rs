@@ -285,7 +285,8 @@ fn run(cli: &Cli) -> Result<(), (i32, String)> {
         stage_bytes: None,
     };
     let t0 = Instant::now();
-    let summary = gen::generate(spec, &cli.dir, opts).map_err(|e| (exit_code(&e), e.to_string()))?;
+    let summary =
+        gen::generate(spec, &cli.dir, opts).map_err(|e| (exit_code(&e), e.to_string()))?;
     let secs = t0.elapsed().as_secs_f64();
     printer.finish();
     eprintln!(
@@ -335,7 +336,8 @@ fn run_sparse(cli: &Cli, real_max: u64) -> Result<(), (i32, String)> {
         config_json: cli.released_config.clone(),
         released_vision: cli.released_config.is_some(),
     };
-    let s = gen::generate_sparse(&cli.spec, &cli.dir, &opts).map_err(|e| (exit_code(&e), e.to_string()))?;
+    let s = gen::generate_sparse(&cli.spec, &cli.dir, &opts)
+        .map_err(|e| (exit_code(&e), e.to_string()))?;
     eprintln!(
         "synth: wrote sparse {} ({} shards, {} tensors, {:.2} GB apparent, {:.3} GB written: headers{}) in {:.1} s{}",
         cli.dir.display(),

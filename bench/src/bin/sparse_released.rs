@@ -52,9 +52,16 @@ fn parse() -> Cli {
             _ => cli.dir = PathBuf::from(x),
         }
     }
-    assert!(cli.dir.is_dir(), "usage: sparse_released DIR [--k3 PATH] [--budget FLAGS]... [--out TSV]");
+    assert!(
+        cli.dir.is_dir(),
+        "usage: sparse_released DIR [--k3 PATH] [--budget FLAGS]... [--out TSV]"
+    );
     if cli.budgets.is_empty() {
-        cli.budgets = vec!["floor".into(), "--mem-gb 8".into(), "--preset laptop".into()];
+        cli.budgets = vec![
+            "floor".into(),
+            "--mem-gb 8".into(),
+            "--preset laptop".into(),
+        ];
     }
     cli
 }
@@ -83,7 +90,10 @@ fn floor_flags(cli: &Cli) -> String {
         .output()
         .expect("run k3");
     let err = String::from_utf8_lossy(&o.stderr);
-    let at = err.find("below the minimum ").expect("k3 names the minimum") + 18;
+    let at = err
+        .find("below the minimum ")
+        .expect("k3 names the minimum")
+        + 18;
     let gb: f64 = err[at..].split(' ').next().unwrap().parse().unwrap();
     format!("--mem-gb {:.4}", gb + 0.0001)
 }
@@ -109,7 +119,8 @@ fn u(v: &serde_json::Value, path: &[&str]) -> u64 {
     for k in path {
         c = &c[*k];
     }
-    c.as_u64().unwrap_or_else(|| panic!("report lacks {}", path.join(".")))
+    c.as_u64()
+        .unwrap_or_else(|| panic!("report lacks {}", path.join(".")))
 }
 
 fn f(v: &serde_json::Value, path: &[&str]) -> f64 {
@@ -117,7 +128,8 @@ fn f(v: &serde_json::Value, path: &[&str]) -> f64 {
     for k in path {
         c = &c[*k];
     }
-    c.as_f64().unwrap_or_else(|| panic!("report lacks {}", path.join(".")))
+    c.as_f64()
+        .unwrap_or_else(|| panic!("report lacks {}", path.join(".")))
 }
 
 /// One run at `flags`: its TSV row.
@@ -127,7 +139,14 @@ fn run_one(cli: &Cli, label: &str, flags: &str, tmp: &Path) -> String {
     let load0 = machine::loadavg();
     let o = Command::new(&cli.k3)
         .arg(&cli.dir)
-        .args(["--ids", IDS, "--gen", &GEN.to_string(), "--verbose", "--out"])
+        .args([
+            "--ids",
+            IDS,
+            "--gen",
+            &GEN.to_string(),
+            "--verbose",
+            "--out",
+        ])
         .arg(&report)
         .args(flags.split_whitespace())
         .output()
@@ -159,7 +178,11 @@ fn run_one(cli: &Cli, label: &str, flags: &str, tmp: &Path) -> String {
         rss.to_string(),
         (rss <= plan).to_string(),
         u(&v, &["trunk", "pinned_layers"]).to_string(),
-        format!("{}x{}", u(&v, &["trunk", "ring_slots"]), u(&v, &["trunk", "slot_bytes"])),
+        format!(
+            "{}x{}",
+            u(&v, &["trunk", "ring_slots"]),
+            u(&v, &["trunk", "slot_bytes"])
+        ),
         u(&v, &["memory", "plan", "lm_head_resident_rows"]).to_string(),
         u(&v, &["expert_cache", "slots"]).to_string(),
         format!("{:.1}", f(&v, &["timing", "load_seconds"])),

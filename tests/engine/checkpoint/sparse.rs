@@ -15,7 +15,9 @@ use synth::{SparseOptions, SynthSpec};
 fn u(v: &Value, path: &[&str]) -> u64 {
     let mut cur = v;
     for k in path {
-        cur = cur.get(k).unwrap_or_else(|| panic!("lacks {}", path.join(".")));
+        cur = cur
+            .get(k)
+            .unwrap_or_else(|| panic!("lacks {}", path.join(".")));
     }
     cur.as_number().and_then(|n| n.as_u64()).unwrap()
 }
@@ -33,15 +35,34 @@ fn a_sparse_checkpoint_at_released_widths_is_indexed_and_planned_from_its_header
         apparent += m.len();
         allocated += std::os::unix::fs::MetadataExt::blocks(&m) * 512;
     }
-    assert!(apparent > s.apparent_bytes && s.apparent_bytes > 70_000_000_000, "{apparent}");
-    assert!(allocated < 100_000_000, "allocated {allocated} of {apparent}");
+    assert!(
+        apparent > s.apparent_bytes && s.apparent_bytes > 70_000_000_000,
+        "{apparent}"
+    );
+    assert!(
+        allocated < 100_000_000,
+        "allocated {allocated} of {apparent}"
+    );
 
     let out = run_k3([Path::new("inspect"), &dir, Path::new("--json")]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v = json::parse(&out.stdout).unwrap();
-    assert_eq!(v.get("census").unwrap().get("ok").unwrap().as_bool(), Some(true));
-    assert_eq!(u(&v, &["checkpoint", "tensors"]), s.plan.tensor_count() as u64);
-    let trunk: u64 = (0..5).map(|l| k3::plan::layer_run_bytes(&released_5(), l)).sum();
+    assert_eq!(
+        v.get("census").unwrap().get("ok").unwrap().as_bool(),
+        Some(true)
+    );
+    assert_eq!(
+        u(&v, &["checkpoint", "tensors"]),
+        s.plan.tensor_count() as u64
+    );
+    let trunk: u64 = (0..5)
+        .map(|l| k3::plan::layer_run_bytes(&released_5(), l))
+        .sum();
     assert_eq!(u(&v, &["ledger", "trunk_bytes"]), trunk);
     assert_eq!(u(&v, &["ledger", "model_table_bytes"]), 4_697_663_488);
 
@@ -71,11 +92,17 @@ fn a_sparse_checkpoint_at_released_widths_is_indexed_and_planned_from_its_header
     // in no item. The plan now counts them with the tensor index.
     let table = k3::bind::experts::location_table_bytes(&released_5(), 5);
     assert!(table > 3_000_000, "{table}");
-    let at = err.find("tensor index ").expect("the plan names the tensor index") + 13;
+    let at = err
+        .find("tensor index ")
+        .expect("the plan names the tensor index")
+        + 13;
     let shown = err[at..].split(',').next().unwrap();
     let (num, unit) = shown.split_once(' ').unwrap();
     let bytes = num.parse::<f64>().unwrap() * if unit == "MB" { 1e6 } else { 1e3 };
-    assert!(bytes >= table as f64, "tensor index {shown} < location tables {table}");
+    assert!(
+        bytes >= table as f64,
+        "tensor index {shown} < location tables {table}"
+    );
 }
 
 /// The released config cut to 5 layers, for the catalogue's byte counts.
@@ -101,4 +128,3 @@ fn the_released_sparse_plan_has_the_released_counts() {
     assert_eq!(plan.shards[0].data_bytes(), 2_341_213_184);
     assert_eq!(plan.shards[93].data_bytes(), 4_697_663_488);
 }
-

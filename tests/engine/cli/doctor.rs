@@ -80,19 +80,51 @@ fn doctor_json_on_a_large_machine_names_a_budget_and_a_command() {
     assert_eq!(reads.len(), 3);
     let depths: Vec<u64> = reads
         .iter()
-        .map(|r| r.get("queue_depth").unwrap().as_number().unwrap().as_u64().unwrap())
+        .map(|r| {
+            r.get("queue_depth")
+                .unwrap()
+                .as_number()
+                .unwrap()
+                .as_u64()
+                .unwrap()
+        })
         .collect();
     assert_eq!(depths, [1, 1, 4]);
     assert!(!disk.get("temporary_file").unwrap().is_null());
     let model = v.get("model").unwrap();
-    let mem_gb = model.get("mem_gb").and_then(Value::as_str).unwrap().to_string();
-    let plan = model.get("plan_bytes").unwrap().as_number().unwrap().as_u64().unwrap();
+    let mem_gb = model
+        .get("mem_gb")
+        .and_then(Value::as_str)
+        .unwrap()
+        .to_string();
+    let plan = model
+        .get("plan_bytes")
+        .unwrap()
+        .as_number()
+        .unwrap()
+        .as_u64()
+        .unwrap();
     let budget: f64 = mem_gb.parse().unwrap();
-    assert!(plan as f64 <= budget * 1e9, "plan {plan} > budget {budget} GB");
+    assert!(
+        plan as f64 <= budget * 1e9,
+        "plan {plan} > budget {budget} GB"
+    );
     assert!(plan <= BIG_KB * 1024);
     let tb = model.get("token_bytes").unwrap();
-    assert!(tb.get("total").unwrap().as_number().unwrap().as_u64().unwrap() > 0);
-    assert!(model.get("predicted_seconds_per_token").unwrap().as_number().is_some());
+    assert!(
+        tb.get("total")
+            .unwrap()
+            .as_number()
+            .unwrap()
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert!(model
+        .get("predicted_seconds_per_token")
+        .unwrap()
+        .as_number()
+        .is_some());
     let next = v.get("next").and_then(Value::as_str).unwrap();
     assert!(next.contains(&format!("--mem-gb {mem_gb}")), "{next}");
     no_probe_file_left(&target);
@@ -101,12 +133,20 @@ fn doctor_json_on_a_large_machine_names_a_budget_and_a_command() {
 #[test]
 fn doctor_refuses_with_exit_3_below_the_smallest_plan_by_memavailable() {
     let s = scratch_dir("doctor-small-mem");
-    let o = doctor(&s, SMALL_KB, None, &[s.to_str().unwrap(), "--probe-mb", "8"]);
+    let o = doctor(
+        &s,
+        SMALL_KB,
+        None,
+        &[s.to_str().unwrap(), "--probe-mb", "8"],
+    );
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(3), "stdout: {out}\nstderr: {err}");
     assert!(out.contains("verdict: cannot run here"), "{out}");
     assert!(out.contains("MemAvailable 2.05 GB"), "{out}");
-    assert!(err.contains("the released model cannot run here: its smallest plan needs"), "{err}");
+    assert!(
+        err.contains("the released model cannot run here: its smallest plan needs"),
+        "{err}"
+    );
     assert!(!err.contains("panicked"), "{err}");
     assert!(!out.contains("next:"), "{out}");
     no_probe_file_left(&s);
@@ -119,7 +159,12 @@ fn doctor_refuses_with_exit_3_below_the_smallest_plan_by_the_cgroup() {
     std::fs::create_dir_all(&cg).unwrap();
     std::fs::write(cg.join("memory.max"), "3000000000\n").unwrap();
     std::fs::write(cg.join("memory.current"), "1000000000\n").unwrap();
-    let o = doctor(&s, BIG_KB, Some(&cg), &[s.to_str().unwrap(), "--json", "--probe-mb", "8"]);
+    let o = doctor(
+        &s,
+        BIG_KB,
+        Some(&cg),
+        &[s.to_str().unwrap(), "--json", "--probe-mb", "8"],
+    );
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(3), "stderr: {err}");
     let v = json::parse(out.as_bytes()).unwrap();
@@ -151,10 +196,18 @@ fn the_run_plan_reads_the_same_faked_memory() {
 fn doctor_on_a_model_dir_suggests_running_that_dir() {
     let s = scratch_dir("doctor-model");
     let dir = support::copy_checkpoint("tiny-k3", "doctor-model-dir");
-    let o = doctor(&s, BIG_KB, None, &[dir.to_str().unwrap(), "--probe-mb", "8"]);
+    let o = doctor(
+        &s,
+        BIG_KB,
+        None,
+        &[dir.to_str().unwrap(), "--probe-mb", "8"],
+    );
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(0), "stderr: {err}");
-    assert!(out.contains(&format!("next: k3 {} --mem-gb ", dir.display())), "{out}");
+    assert!(
+        out.contains(&format!("next: k3 {} --mem-gb ", dir.display())),
+        "{out}"
+    );
     // Its shards are too small to measure: a temporary file was written there, and removed.
     assert!(out.contains("temporary file"), "{out}");
     no_probe_file_left(&dir);
@@ -167,7 +220,10 @@ fn doctor_bad_dir_or_flag_is_exit_2_naming_it() {
     let o = doctor(&s, BIG_KB, None, &[missing.to_str().unwrap()]);
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains(&format!("{}: not a directory", missing.display())), "{err}");
+    assert!(
+        err.contains(&format!("{}: not a directory", missing.display())),
+        "{err}"
+    );
     let file = s.join("meminfo");
     let o = doctor(&s, BIG_KB, None, &[file.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
@@ -193,6 +249,9 @@ fn doctor_in_an_unwritable_dir_is_exit_4_naming_the_file() {
     let o = doctor(&s, BIG_KB, None, &[ro.to_str().unwrap(), "--probe-mb", "8"]);
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(4), "{err}");
-    assert!(err.contains(&format!("{}/.k3-doctor-", ro.display())), "{err}");
+    assert!(
+        err.contains(&format!("{}/.k3-doctor-", ro.display())),
+        "{err}"
+    );
     assert!(err.contains("cannot create"), "{err}");
 }
