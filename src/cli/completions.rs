@@ -43,6 +43,7 @@ pub fn command_flags() -> Vec<(&'static str, Vec<String>)> {
         ("pack-trunk", long(super::pack_trunk::SPECS)),
         ("sim-cache", long(super::sim_cache::SPECS)),
         ("template", long(super::template::SPECS)),
+        ("doctor", long(&super::doctor::SPECS)),
         ("completions", vec!["--help".into()]),
         ("help", Vec::new()),
     ]
