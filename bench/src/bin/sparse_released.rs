@@ -114,21 +114,20 @@ fn budget_of(flags: &str) -> Budget {
     }
 }
 
+/// The member at `path` of a report (a JSON pointer without the slashes).
+fn at<'a>(v: &'a serde_json::Value, path: &[&str]) -> &'a serde_json::Value {
+    path.iter().fold(v, |c, k| &c[*k])
+}
+
 fn u(v: &serde_json::Value, path: &[&str]) -> u64 {
-    let mut c = v;
-    for k in path {
-        c = &c[*k];
-    }
-    c.as_u64()
+    at(v, path)
+        .as_u64()
         .unwrap_or_else(|| panic!("report lacks {}", path.join(".")))
 }
 
 fn f(v: &serde_json::Value, path: &[&str]) -> f64 {
-    let mut c = v;
-    for k in path {
-        c = &c[*k];
-    }
-    c.as_f64()
+    at(v, path)
+        .as_f64()
         .unwrap_or_else(|| panic!("report lacks {}", path.join(".")))
 }
 
