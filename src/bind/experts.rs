@@ -33,6 +33,33 @@ pub fn locate_experts(r: &mut Reader<'_>, cfg: &Config, l: usize) -> Result<Vec<
         .collect()
 }
 
+/// Heap bytes of the expert location tables [`locate_experts`] builds for the MoE layers among
+/// the first `layers` of `cfg`: per expert one [`ExpertLocation`] and its six names, each
+/// counted as the glibc malloc chunk of the capacity the catalogue allocates it with (its
+/// capacity + 8 rounded up to 16, at least 32 bytes). Names of experts with the same number of
+/// decimal digits have the same capacities, so one expert per digit count is built. At the
+/// released widths (82,432 experts) this is about 100 MB, which the memory plan counts with the
+/// tensor index (ENGINE.md §4: every byte the run allocates).
+pub fn location_table_bytes(cfg: &Config, layers: usize) -> u64 {
+    let chunk = |cap: usize| ((cap + 8).div_ceil(16) * 16).max(32) as u64;
+    let per = std::mem::size_of::<ExpertLocation>() as u64;
+    let mut total = 0u64;
+    for l in (0..layers.min(cfg.num_hidden_layers)).filter(|&l| cfg.is_moe(l)) {
+        // Experts first..end have `first`'s digit count (0..10, 10..100, ...).
+        let mut first = 0usize;
+        while first < cfg.num_experts {
+            let end = if first == 0 { 10 } else { first * 10 }.min(cfg.num_experts);
+            let names: u64 = catalogue::expert_tensors(cfg, l, first)
+                .iter()
+                .map(|s| chunk(s.name.capacity()))
+                .sum();
+            total += (end - first) as u64 * (per + names);
+            first = end;
+        }
+    }
+    total
+}
+
 /// One expert buffer: a pre-faulted, 4096-aligned window; the expert's bytes are at
 /// `pad .. pad + len` (FORMATS.md §6).
 struct Slot {

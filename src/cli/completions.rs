@@ -45,6 +45,7 @@ pub fn command_flags() -> Vec<(&'static str, Vec<String>)> {
         ("template", long(super::template::SPECS)),
         ("chat", long(&super::chat::specs())),
         ("serve", long(&super::serve::specs())),
+        ("doctor", long(&super::doctor::SPECS)),
         ("completions", vec!["--help".into()]),
         ("help", Vec::new()),
     ]

@@ -7,6 +7,7 @@ use std::ffi::OsString;
 pub mod args;
 pub mod chat;
 pub mod completions;
+pub mod doctor;
 pub mod inspect;
 pub mod output;
 pub mod pack_trunk;
@@ -33,6 +34,9 @@ usage:
                                     OpenAI-compatible HTTP server on 127.0.0.1 (k3 help serve)
   k3 pack-trunk <model_dir> <out>   pack the dense trunk for streaming from a fast disk
   k3 sim-cache <trace.bin> [--model DIR | --expert-bytes N] [--policy NAME]...
+  k3 doctor [DIR] [--json]          this machine against the released model: ISA, memory,
+                                    the disk under DIR as the engine reads it, the budget
+                                    that fits, predicted s/token, the command to run next
   k3 completions bash|zsh           shell completion script on standard output
   k3 help <command>                 a command's usage (also `k3 <command> -h`)
   k3 --help | --version | --list-presets
@@ -56,6 +60,7 @@ pub const SUBCOMMANDS: &[&str] = &[
     "template",
     "chat",
     "serve",
+    "doctor",
     "completions",
     "help",
 ];
@@ -112,6 +117,7 @@ fn dispatch(args: Vec<OsString>) -> Result<()> {
         "serve" => serve::run(&args[1..]),
         "sim-cache" => sim_cache::run(&args[1..]),
         "pack-trunk" => pack_trunk::run(&args[1..]),
+        "doctor" => doctor::run(&args[1..]),
         // Anything else that is not a flag is the model directory of the main job.
         // Flags may come first (`k3 -n 4 DIR`): the run parser places the directory.
         _ => run::run(&args),

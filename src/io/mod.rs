@@ -9,6 +9,7 @@ pub mod buf;
 pub mod extent;
 pub mod file;
 pub mod out;
+pub mod probe;
 pub mod signal;
 pub mod sys;
 pub mod threads;

@@ -67,10 +67,29 @@ pub fn parse_meminfo_available(text: &str) -> Option<u64> {
     })
 }
 
+/// Test hook (DEVELOPERS.md "Test hooks"): when set and non-empty, the path of a file read
+/// instead of `/proc/meminfo` by [`mem_available_bytes`], so tests can fake a small machine
+/// for the plan and `k3 doctor` alike.
+pub const TEST_MEMINFO_ENV: &str = "K3_TEST_MEMINFO";
+
+/// Test hook (DEVELOPERS.md "Test hooks"): when set and non-empty, a directory read instead
+/// of the process's own cgroup by [`cgroup_memory`]: `memory.max` + `memory.current` (v2) or
+/// `memory.limit_in_bytes` + `memory.usage_in_bytes` (v1); no limit when it holds neither.
+pub const TEST_CGROUP_ENV: &str = "K3_TEST_CGROUP";
+
+/// The value of a test-hook variable when set and non-empty.
+fn test_hook(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
 /// `MemAvailable` of this machine in bytes (`None` where `/proc/meminfo` has no such line,
-/// e.g. not Linux; the memory plan then says the figure is unknown).
+/// e.g. not Linux; the memory plan then says the figure is unknown). Reads the file named by
+/// [`TEST_MEMINFO_ENV`] instead when that is set.
 pub fn mem_available_bytes() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let path = test_hook(TEST_MEMINFO_ENV).unwrap_or_else(|| PathBuf::from("/proc/meminfo"));
+    let text = std::fs::read_to_string(path).ok()?;
     parse_meminfo_available(&text)
 }
 
@@ -133,8 +152,12 @@ pub fn memory_available() -> MemoryAvailable {
 
 /// The tightest memory limit of this process's cgroup (v2 first, then the v1 memory
 /// controller), read from `/proc/self/cgroup` and `/proc/self/mountinfo`. `None` if no
-/// limit applies or the files are missing.
+/// limit applies or the files are missing. Reads the directory named by [`TEST_CGROUP_ENV`]
+/// instead when that is set.
 pub fn cgroup_memory() -> Option<CgroupMemory> {
+    if let Some(dir) = test_hook(TEST_CGROUP_ENV) {
+        return read_limit(&dir, CgroupVersion::V2).or_else(|| read_limit(&dir, CgroupVersion::V1));
+    }
     let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     cgroup_memory_in(&cgroup, &mountinfo, Path::new("/"))

@@ -14,6 +14,7 @@
 //! one constructor ([`MemoryPlan::of_run`]). Size formatting lives in [`crate::units`].
 
 mod budget;
+pub mod released;
 mod sizes;
 mod tables;
 mod trunk;
@@ -64,7 +65,7 @@ pub struct MemoryPlan {
     pub scratch: u64,
     /// Tokenizer tables (0 without a tokenizer).
     pub tokenizer: u64,
-    /// The tensor index.
+    /// The tensor index and the expert location tables (their names).
     pub tensor_index: u64,
     /// Sum of the items above.
     pub total: u64,

@@ -5,7 +5,8 @@
 //! the `synth_write` benchmark. It depends on `std` only, so the bytes it writes do not depend on
 //! any crate version: the PRNG, the value tables and the JSON writers are all in this crate
 //! (`spec` the specification, `tensors` the tensor set and value recipes, `plan` the shard
-//! layout, `values` the PRNG and block generator, `write` the writer, `config` the JSON files).
+//! layout, `values` the PRNG and block generator, `write` the writer, `sparse` the writer of checkpoints
+//! whose tensor data are file holes, `config` the JSON files).
 //!
 //! What is written (MODEL.md §2, §4; FORMATS.md §2–§5; tests/fixtures/README.md §1.2):
 //! * `config.json` in the nested released shape (or the flat test shape), with the released key
@@ -57,12 +58,14 @@ pub const PREFIX: &str = "language_model.";
 
 mod config;
 mod plan;
+mod sparse;
 mod spec;
 mod tensors;
 mod values;
 mod write;
 
 pub use plan::*;
+pub use sparse::*;
 pub use spec::*;
 pub use tensors::*;
 pub use values::*;

@@ -76,7 +76,7 @@ pub struct ShardPlan {
 }
 
 impl ShardPlan {
-    fn new(file_name: String, mut defs: Vec<TensorDef>) -> ShardPlan {
+    pub(crate) fn new(file_name: String, mut defs: Vec<TensorDef>) -> ShardPlan {
         defs.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
         let mut off = 0u64;
         let tensors: Vec<PlannedTensor> = defs

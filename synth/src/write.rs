@@ -76,6 +76,9 @@ fn is_generated_file(name: &str) -> bool {
     name == "config.json"
         || name == "model.safetensors.index.json"
         || name == "synth.json"
+        // the tokenizer files `cargo xtask synth --tokenizer` copies in
+        || name == "tiktoken.model"
+        || name == "tokenizer_config.json"
         || (name.starts_with("model-")
             && (name.ends_with(".safetensors") || name.ends_with(".safetensors.partial")))
         || name.ends_with(".json.tmp")
@@ -85,7 +88,7 @@ fn io_err(path: &Path, what: &str, e: io::Error) -> io::Error {
     io::Error::new(e.kind(), format!("{}: {what}: {e}", path.display()))
 }
 
-fn prepare_dir(dir: &Path, force: bool) -> io::Result<()> {
+pub(crate) fn prepare_dir(dir: &Path, force: bool) -> io::Result<()> {
     fs::create_dir_all(dir).map_err(|e| io_err(dir, "cannot create directory", e))?;
     let mut foreign = Vec::new();
     let mut ours = Vec::new();
@@ -130,7 +133,7 @@ fn prepare_dir(dir: &Path, force: bool) -> io::Result<()> {
 }
 
 /// Writes `text` to `dir/name` through a temporary name and a rename.
-fn write_small(dir: &Path, name: &str, text: &str) -> io::Result<()> {
+pub(crate) fn write_small(dir: &Path, name: &str, text: &str) -> io::Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
     let path = dir.join(name);
     fs::write(&tmp, text).map_err(|e| io_err(&tmp, "cannot write", e))?;

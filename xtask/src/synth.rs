@@ -31,6 +31,13 @@ Writes a deterministic synthetic Kimi K3 checkpoint (config.json, shards, index,
   --force                replace a checkpoint already in <dir>
   --no-sync              skip fdatasync of each shard
   --dry-run              print the plan, write nothing
+  --released             the released shape: 93 layers, 896 experts, preset k3 and the
+                         released config.json (tests/fixtures/configs/k3-released-reserialised.json)
+  --sparse               tensor data as file holes (reads return zeros, no disk): headers,
+                         index and config only; `--sparse --released` is 1.56 TB apparent
+  --sparse-real-max-bytes N   with --sparse: tensors of at most N bytes get their values
+                         (default 0: every tensor a hole)
+  --tokenizer DIR        copy DIR/tiktoken.model and DIR/tokenizer_config.json in
 ";
 
 struct Cli {
@@ -40,6 +47,11 @@ struct Cli {
     force: bool,
     sync: bool,
     dry_run: bool,
+    /// `--sparse`: Some(real_max_bytes).
+    sparse: Option<u64>,
+    /// `--released`: the released config.json text.
+    released_config: Option<String>,
+    tokenizer: Option<PathBuf>,
 }
 
 fn usage_err(msg: String) -> (i32, String) {
@@ -57,8 +69,10 @@ fn parse_num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, (i32, Strin
 fn parse(args: &[String]) -> Result<Option<Cli>, (i32, String)> {
     let mut dir = None;
     let mut preset = "k3".to_string();
-    let mut layers = 4usize;
-    let mut experts = 64usize;
+    let mut layers: Option<usize> = None;
+    let mut experts: Option<usize> = None;
+    let (mut released, mut sparse, mut real_max) = (false, false, 0u64);
+    let mut tokenizer = None;
     let mut seed = 0u64;
     let mut top_k: Option<usize> = None;
     let mut full: Option<Vec<usize>> = None;
@@ -88,8 +102,10 @@ fn parse(args: &[String]) -> Result<Option<Cli>, (i32, String)> {
         };
         match name {
             "--help" | "-h" => return Ok(None),
-            "--layers" => layers = parse_num(name, &value()?)?,
-            "--experts" => experts = parse_num(name, &value()?)?,
+            "--layers" => layers = Some(parse_num(name, &value()?)?),
+            "--experts" => experts = Some(parse_num(name, &value()?)?),
+            "--sparse-real-max-bytes" => real_max = parse_num(name, &value()?)?,
+            "--tokenizer" => tokenizer = Some(PathBuf::from(value()?)),
             "--seed" => seed = parse_num(name, &value()?)?,
             "--preset" => preset = value()?,
             "--top-k" => top_k = Some(parse_num(name, &value()?)?),
@@ -108,6 +124,7 @@ fn parse(args: &[String]) -> Result<Option<Cli>, (i32, String)> {
             "--layers-per-shard" => per_shard = Some(parse_num(name, &value()?)?),
             "--threads" => threads = parse_num(name, &value()?)?,
             "--tied" | "--flat-config" | "--no-vision" | "--force" | "--no-sync" | "--dry-run"
+            | "--released" | "--sparse"
                 if inline.is_some() =>
             {
                 return Err(usage_err(format!("{name}: takes no value")));
@@ -118,6 +135,8 @@ fn parse(args: &[String]) -> Result<Option<Cli>, (i32, String)> {
             "--force" => force = true,
             "--no-sync" => sync = false,
             "--dry-run" => dry_run = true,
+            "--released" => released = true,
+            "--sparse" => sparse = true,
             _ if a.starts_with("--") => {
                 return Err(usage_err(format!("{name}: unknown flag (see --help)")));
             }
@@ -126,6 +145,25 @@ fn parse(args: &[String]) -> Result<Option<Cli>, (i32, String)> {
         }
     }
     let dir = dir.ok_or_else(|| usage_err("missing <dir> (see --help)".to_string()))?;
+    if released && preset != "k3" {
+        return Err(usage_err(format!(
+            "--released: takes the k3 preset, not `{preset}`"
+        )));
+    }
+    let layers = layers.unwrap_or(if released { 93 } else { 4 });
+    let experts = experts.unwrap_or(if released { 896 } else { 64 });
+    if real_max > 0 && !sparse {
+        return Err(usage_err(
+            "--sparse-real-max-bytes: only with --sparse".to_string(),
+        ));
+    }
+    let released_config = if released {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/configs/k3-released-reserialised.json");
+        Some(std::fs::read_to_string(&p).map_err(|e| (4, format!("{}: {e}", p.display())))?)
+    } else {
+        None
+    };
     let mut spec = match preset.as_str() {
         "k3" => SynthSpec::k3(layers, experts),
         "small" => SynthSpec::small(layers, experts),
@@ -163,6 +201,9 @@ fn parse(args: &[String]) -> Result<Option<Cli>, (i32, String)> {
         force,
         sync,
         dry_run,
+        sparse: sparse.then_some(real_max),
+        released_config,
+        tokenizer,
     }))
 }
 
@@ -215,6 +256,10 @@ fn run(cli: &Cli) -> Result<(), (i32, String)> {
         }
         return Ok(());
     }
+    if let Some(real_max) = cli.sparse {
+        run_sparse(cli, real_max)?;
+        return copy_tokenizer(cli);
+    }
     if let Some(free) = free_bytes(&cli.dir) {
         // Keep 1 GB spare so the machine stays usable for everyone else.
         if free < total + 1_000_000_000 {
@@ -240,13 +285,8 @@ fn run(cli: &Cli) -> Result<(), (i32, String)> {
         stage_bytes: None,
     };
     let t0 = Instant::now();
-    let summary = gen::generate(spec, &cli.dir, opts).map_err(|e| {
-        let code = match e.kind() {
-            io::ErrorKind::InvalidInput | io::ErrorKind::AlreadyExists => 2,
-            _ => 4,
-        };
-        (code, e.to_string())
-    })?;
+    let summary =
+        gen::generate(spec, &cli.dir, opts).map_err(|e| (exit_code(&e), e.to_string()))?;
     let secs = t0.elapsed().as_secs_f64();
     printer.finish();
     eprintln!(
@@ -268,6 +308,76 @@ fn run(cli: &Cli) -> Result<(), (i32, String)> {
             ""
         }
     );
+    copy_tokenizer(cli)
+}
+
+/// `--sparse`: headers, index and config; tensor data as holes (small ones real with
+/// `--sparse-real-max-bytes`).
+fn run_sparse(cli: &Cli, real_max: u64) -> Result<(), (i32, String)> {
+    let plan = cli.spec.plan().map_err(|e| (2, e))?;
+    let headers: u64 = plan.shards.iter().map(|s| s.data_start()).sum();
+    if let Some(free) = free_bytes(&cli.dir) {
+        // Headers + index + the real tensors, with 1 GB spare.
+        if free < 3 * headers + 1_000_000_000 {
+            return Err((
+                3,
+                format!(
+                    "{}: {:.2} GB free, the sparse checkpoint's headers and index need about {:.2} GB (+1 GB margin)",
+                    cli.dir.display(),
+                    gb(free),
+                    gb(3 * headers)
+                ),
+            ));
+        }
+    }
+    let opts = gen::SparseOptions {
+        force: cli.force,
+        real_max_bytes: real_max,
+        config_json: cli.released_config.clone(),
+        released_vision: cli.released_config.is_some(),
+    };
+    let s = gen::generate_sparse(&cli.spec, &cli.dir, &opts)
+        .map_err(|e| (exit_code(&e), e.to_string()))?;
+    eprintln!(
+        "synth: wrote sparse {} ({} shards, {} tensors, {:.2} GB apparent, {:.3} GB written: headers{}) in {:.1} s{}",
+        cli.dir.display(),
+        s.plan.shards.len(),
+        s.plan.tensor_count(),
+        gb(s.apparent_bytes),
+        gb(s.written_bytes),
+        if s.real_tensors > 0 {
+            format!(" + {} tensors of at most {real_max} bytes with values", s.real_tensors)
+        } else {
+            String::new()
+        },
+        s.seconds,
+        if cli.released_config.is_some() {
+            ", released config.json"
+        } else {
+            ""
+        }
+    );
+    Ok(())
+}
+
+/// The exit code of a generator error: 2 for a bad spec or directory, 4 for I/O.
+fn exit_code(e: &io::Error) -> i32 {
+    match e.kind() {
+        io::ErrorKind::InvalidInput | io::ErrorKind::AlreadyExists => 2,
+        _ => 4,
+    }
+}
+
+/// `--tokenizer DIR`: copies the two tokenizer files into the checkpoint.
+fn copy_tokenizer(cli: &Cli) -> Result<(), (i32, String)> {
+    let Some(src) = &cli.tokenizer else {
+        return Ok(());
+    };
+    for name in ["tiktoken.model", "tokenizer_config.json"] {
+        let from = src.join(name);
+        std::fs::copy(&from, cli.dir.join(name))
+            .map_err(|e| (4, format!("--tokenizer: {}: {e}", from.display())))?;
+    }
     Ok(())
 }
 

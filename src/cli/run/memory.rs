@@ -117,7 +117,10 @@ pub(super) fn model_sizes(c: &PlanInputs<'_>, par: usize, positions: usize) -> M
             sequences: par + req.snapshots.unwrap_or(par),
             spec: req.spec,
             tokenizer: tokenizer_bytes(&req.args, &req.model_dir),
-            tensor_index: c.index.heap_bytes() as u64,
+            // The index and the expert location tables the binding keeps (82,432 experts'
+            // names at the released widths: about 100 MB).
+            tensor_index: c.index.heap_bytes() as u64
+                + crate::bind::experts::location_table_bytes(&inp.cfg, inp.layers),
         },
     )
 }

@@ -1,6 +1,7 @@
 //! Checkpoint directory → TensorIndex (FORMATS.md §3), the compact index at released scale,
 //! the catalogue classifier, and the binding census with its byte ledger.
 
+mod sparse;
 mod synthetic;
 
 use crate::support;
