@@ -5,7 +5,7 @@
 //! and chat's sampling defaults (ENGINE.md §8).
 
 use super::inputs::{check_inputs, compute};
-use super::memory::{model_sizes, plan_memory, PlanInputs};
+use super::memory::{largest_ctx, plan_memory, PlanInputs};
 use super::{open_packed, request_from_args};
 use crate::bind::streamed as bind;
 use crate::census::Census;
@@ -15,7 +15,6 @@ use crate::error::{Error, Result};
 use crate::generate::defaults::chat_defaults;
 use crate::generate::sample::{os_seed, SamplerSettings};
 use crate::generate::state_file::StateIdentity;
-use crate::plan::plan_run;
 use crate::report::RunReport;
 use crate::run::RunSession;
 use crate::tokenizer::Tokenizer;
@@ -88,7 +87,20 @@ pub(crate) fn open(a: Args) -> Result<ChatModel> {
     let ctx = match req.ctx {
         Some(c) => c,
         None => {
-            let c = largest_ctx(&req, &mut inp, &index, &prep, &ex)?;
+            let most = inp
+                .cfg
+                .max_position_embeddings
+                .map_or(1 << 20, |m| m.min(usize::MAX as u64) as usize)
+                .max(1);
+            let pi = PlanInputs {
+                req: &req,
+                inp: &inp,
+                index: &index,
+                prep: &prep,
+                ex: &ex,
+                want_all: false,
+            };
+            let c = largest_ctx(&pi, CHAT_SEQUENCES, most)?;
             say(&format!(
                 "context: {c} positions (the largest that fits; give --ctx N for another)"
             ));
@@ -133,49 +145,4 @@ pub(crate) fn open(a: Args) -> Result<ChatModel> {
         quiet,
         no_progress: req.no_progress,
     })
-}
-
-/// The largest context (positions) whose plan fits the budget, at most
-/// `max_position_embeddings` (ENGINE.md §3), by bisection (fitting is monotone in it).
-///
-/// Errors (exit 3): not even one position fits (the plan's own refusal).
-fn largest_ctx(
-    req: &super::Request,
-    inp: &mut super::Inputs,
-    index: &TensorIndex,
-    prep: &bind::Prepared,
-    ex: &crate::model::Exec,
-) -> Result<usize> {
-    let most = inp
-        .cfg
-        .max_position_embeddings
-        .map_or(1 << 20, |m| m.min(usize::MAX as u64) as usize)
-        .max(1);
-    let available = crate::io::sys::memory_available().available();
-    let fit = |n: usize, inp: &mut super::Inputs| {
-        inp.positions = n;
-        let pi = PlanInputs {
-            req,
-            inp,
-            index,
-            prep,
-            ex,
-            want_all: false,
-        };
-        plan_run(&model_sizes(&pi, CHAT_SEQUENCES, n), &req.budget, available)
-    };
-    if fit(most, inp).is_ok() {
-        return Ok(most);
-    }
-    fit(1, inp)?;
-    let (mut lo, mut hi) = (1usize, most);
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if fit(mid, inp).is_ok() {
-            lo = mid
-        } else {
-            hi = mid
-        }
-    }
-    Ok(lo)
 }

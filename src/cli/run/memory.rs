@@ -63,13 +63,21 @@ pub(super) fn plan_memory(c: &PlanInputs<'_>, rep: &mut RunReport) -> Result<Run
 }
 
 /// The largest `--ctx` (positions per sequence, at most `max_positions`) whose plan fits
-/// with the run's `--parallel` sequences and snapshot slots (fitting is monotone in the
-/// positions), or `None` when not even one position fits.
-pub(super) fn largest_ctx(c: &PlanInputs<'_>, max_positions: usize) -> Option<usize> {
+/// with `sequences` sequences (and the run's snapshot slots; fitting is monotone in the
+/// positions).
+///
+/// Errors (exit 3): not even one position fits: the plan's own refusal at one position.
+pub(super) fn largest_ctx(
+    c: &PlanInputs<'_>,
+    sequences: usize,
+    max_positions: usize,
+) -> Result<usize> {
     let available = crate::io::sys::memory_available().available();
-    let fit =
-        |n: usize| plan_run(&model_sizes(c, c.req.parallel, n), &c.req.budget, available).is_ok();
-    largest_fitting(max_positions, &fit)
+    let plan = |n: usize| plan_run(&model_sizes(c, sequences, n), &c.req.budget, available);
+    match largest_fitting(max_positions, &|n| plan(n).is_ok()) {
+        Some(n) => Ok(n),
+        None => plan(1).map(|_| 1),
+    }
 }
 
 /// The largest n in 1..=`most` with `fit(n)`, by bisection (`fit` monotone: true up to some

@@ -149,7 +149,7 @@ pub(crate) fn prepare_serve(
             want_all: false,
         };
         // none fits: plan one position so that the plan's own error names the shortfall
-        inp.positions = largest_ctx(&pi, maxp).unwrap_or(1);
+        inp.positions = largest_ctx(&pi, req.parallel, maxp).unwrap_or(1);
         if !req.quiet {
             crate::sayln!(
                 "context: {} positions per sequence (the largest that fits; give --ctx N to choose)",
