@@ -126,7 +126,17 @@ fn chat_flags(a: &Args) -> Result<ChatFlags> {
     let mut req = match &messages {
         Some(p) => {
             let body = super::template::read_json(p, true)?;
-            Request::from_json(&body).map_err(|e| e.context(super::template::label(p)))?
+            let req =
+                Request::from_json(&body).map_err(|e| e.context(super::template::label(p)))?;
+            // an empty conversation would have the model answer nothing (and run on)
+            if req.messages.is_empty() {
+                return Err(Error::invalid(format!(
+                    "{}: messages: empty; give at least one message, or leave out --messages \
+                     to start a conversation",
+                    super::template::label(p)
+                )));
+            }
+            req
         }
         None => Request::from_json(&Value::Array(Vec::new()))?,
     };

@@ -122,9 +122,7 @@ fn serve_flags(a: &Args) -> Result<ServeFlags> {
                 ))
             })?,
     };
-    let port = a
-        .parsed::<u16>("port", "a port number 0 to 65535")?
-        .unwrap_or(8000);
+    let port = a.parsed::<u16>("port", "a port number")?.unwrap_or(8000);
     let api_key = match a.value("api-key")? {
         Some(k) => Some(k),
         None => std::env::var("K3_API_KEY").ok(),

@@ -380,6 +380,19 @@ fn read_request(
             .set_read_timeout(Some(wait.max(Duration::from_millis(1))))
             .map_err(|_| Refusal::Io)?;
         match stream.read(scratch) {
+            // The client closed its side inside a request (a body shorter than its
+            // Content-Length): it may still read, so tell it why instead of going silent.
+            Ok(0) if began.is_some() => {
+                return Err(HttpError::new(
+                    400,
+                    format!(
+                        "the request ended after {} bytes, before it was complete (a body \
+                         shorter than its Content-Length?)",
+                        buf.len()
+                    ),
+                )
+                .into())
+            }
             Ok(0) => return Err(Refusal::Io),
             Ok(n) => {
                 buf.extend_from_slice(&scratch[..n]);

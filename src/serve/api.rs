@@ -197,7 +197,7 @@ pub fn parse_body(body: &[u8]) -> Result<Object, ApiError> {
             400,
             "invalid_request_error",
             format!(
-                "request body: invalid JSON at byte {}{at}: expected {}",
+                "request body: invalid JSON at byte {}{at}: {}",
                 e.offset, e.expected
             ),
         )
@@ -348,7 +348,7 @@ fn check_fields(o: &Object, accepted: &[&str]) -> Result<(), ApiError> {
             }
             return Err(ApiError::invalid(
                 k,
-                "not supported by k3 (text-only, no logit bias); remove the field",
+                "not supported by k3; remove the field (the README lists the accepted fields)",
             ));
         }
         if !accepted.contains(&k) && !IGNORED.contains(&k) {

@@ -490,3 +490,17 @@ fn shutdown_returns_and_stops_accepting() {
     assert_eq!(r.read_to_end(&mut rest).unwrap(), 0);
     assert!(TcpStream::connect(server.addr).is_err());
 }
+
+/// A body shorter than its Content-Length, then the client's write side closed: the client
+/// still reads a 400 saying so (it got no answer at all before).
+#[test]
+fn a_request_cut_short_is_answered_400() {
+    let server = Server::start(limits(), toy());
+    let mut c = server.connect();
+    c.write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nhello!!")
+        .unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let (status, body) = refused(c);
+    assert_eq!(status, 400);
+    assert!(body.contains("before it was complete"), "{body}");
+}

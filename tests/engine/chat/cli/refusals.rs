@@ -179,3 +179,17 @@ fn bad_commands_from_a_pipe_are_exit_2() {
         assert!(c.stderr().contains(want), "{input:?}: {}", c.stderr());
     }
 }
+
+/// A `--messages` file with no message is refused (the model would answer nothing and run on),
+/// as the server refuses `"messages": []`.
+#[test]
+fn an_empty_messages_file_is_refused() {
+    for (name, body) in [
+        ("empty-array", "[]"),
+        ("empty-object", r#"{"messages": []}"#),
+    ] {
+        let (code, err) = refused(name, body.as_bytes(), &["--max-reply", "2"]);
+        assert_eq!(code, 2, "{name}: {err}");
+        assert!(err.contains("messages: empty"), "{name}: {err}");
+    }
+}
