@@ -161,10 +161,11 @@ pub fn load(model: &ChatModel, opts: &ConversationOptions, path: &str) -> Result
 pub fn stats(conv: &Conversation) -> String {
     let xs = &conv.exchanges;
     let mut s = format!(
-        "conversation: {} ids of a context of {} positions, {} exchanges\n",
+        "conversation: {} ids of a context of {} positions, {} exchange{}\n",
         conv.len(),
         conv.opts.ctx,
-        xs.len()
+        xs.len(),
+        if xs.len() == 1 { "" } else { "s" }
     );
     if let Some(x) = xs.last() {
         let per = if x.reply_ids.is_empty() {

@@ -119,7 +119,20 @@ pub fn check_out_dir(out_dir: &Path) -> Result<()> {
             out_dir.display()
         )));
     }
-    std::fs::create_dir_all(out_dir).map_err(|e| bad(&e, "cannot create the directory"))?;
+    // Like every other output, the directory's parent must exist: a typo in a path must not
+    // create a tree of directories somewhere.
+    if let Some(parent) = out_dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        if !out_dir.exists() && !parent.is_dir() {
+            return Err(Error::invalid(format!(
+                "pack-trunk: output directory {}: directory {} does not exist; create it first",
+                out_dir.display(),
+                parent.display()
+            )));
+        }
+    }
+    if !out_dir.exists() {
+        std::fs::create_dir(out_dir).map_err(|e| bad(&e, "cannot create the directory"))?;
+    }
     let probe = out_dir.join(format!(".k3-probe-{}{TMP_SUFFIX}", std::process::id()));
     std::fs::File::create(&probe).map_err(|e| bad(&e, "cannot create files in it"))?;
     let _ = std::fs::remove_file(&probe);

@@ -127,11 +127,12 @@ fn a_repeating_prompt_shows_accepted_drafts_and_shared_sweeps() {
     let (_, rep) = run(&a, Some(&force), "accepted");
     let sp = &rep["speculation"];
     assert!(sp["accepted"].as_u64().unwrap() >= 14, "{sp}");
-    // the plan counts the sweep's rows and the KDA copy
+    // the plan counts the sweep's rows and the KDA copy (natively: under an emulator the
+    // peak RSS is the emulator's)
     let rss = rep["memory"]["peak_rss_bytes"].as_u64().unwrap();
     let plan = rep["memory"]["plan"]["total"].as_u64().unwrap();
     assert!(
-        rss <= plan + (4 << 20),
+        crate::support::stream::emulated() || rss <= plan + (4 << 20),
         "peak RSS {rss} over the plan {plan} + 4 MiB"
     );
     assert!(sp["acceptance_rate"].as_f64().unwrap() > 0.5, "{sp}");

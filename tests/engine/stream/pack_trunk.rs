@@ -345,3 +345,19 @@ fn a_failed_pack_trunk_removes_every_directory_it_created() {
     assert_eq!(o.status.code(), Some(2), "{}", support::stderr(&o));
     assert!(!dir.join("n1").exists(), "n1/n2 left behind");
 }
+
+/// An output directory whose parent does not exist is refused like every other output path
+/// (exit 2 naming the parent), and nothing is created (it used to create the whole tree).
+#[test]
+fn an_output_directory_under_a_missing_parent_is_refused() {
+    let dir = scratch_dir("edge_pack_parent");
+    let out = dir.join("missing/x/y");
+    let o = support::run_args(&["pack-trunk", &support::tiny(), out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", support::stderr(&o));
+    assert!(
+        support::stderr(&o).contains("does not exist"),
+        "{}",
+        support::stderr(&o)
+    );
+    assert!(!dir.join("missing").exists(), "a directory was created");
+}

@@ -54,7 +54,10 @@ fn a_turn_past_the_context_is_an_error_line_and_the_chat_goes_on() {
         "{shown}"
     );
     // the first exchange is still there
-    assert!(shown.contains("1 exchanges"), "{shown}");
+    assert!(
+        shown.contains("1 exchange") && !shown.contains("1 exchanges"),
+        "{shown}"
+    );
     // thinking on: dimmed, never the pipe's markers
     assert!(
         shown.contains("\x1b[2m") && !shown.contains("<think>"),
