@@ -87,11 +87,6 @@ pub(crate) fn open(a: Args) -> Result<ChatModel> {
     let ctx = match req.ctx {
         Some(c) => c,
         None => {
-            let most = inp
-                .cfg
-                .max_position_embeddings
-                .map_or(1 << 20, |m| m.min(usize::MAX as u64) as usize)
-                .max(1);
             let pi = PlanInputs {
                 req: &req,
                 inp: &inp,
@@ -100,7 +95,7 @@ pub(crate) fn open(a: Args) -> Result<ChatModel> {
                 ex: &ex,
                 want_all: false,
             };
-            let c = largest_ctx(&pi, CHAT_SEQUENCES, most)?;
+            let c = largest_ctx(&pi, CHAT_SEQUENCES)?;
             say(&format!(
                 "context: {c} positions (the largest that fits; give --ctx N for another)"
             ));

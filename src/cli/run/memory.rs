@@ -62,19 +62,25 @@ pub(super) fn plan_memory(c: &PlanInputs<'_>, rep: &mut RunReport) -> Result<Run
     Ok(rp)
 }
 
-/// The largest `--ctx` (positions per sequence, at most `max_positions`) whose plan fits
-/// with `sequences` sequences (and the run's snapshot slots; fitting is monotone in the
-/// positions).
+/// Positions a default context may have when the config names no `max_position_embeddings`.
+const CTX_WITHOUT_LIMIT: usize = 1 << 20;
+
+/// The largest `--ctx` (positions per sequence, at most the config's
+/// `max_position_embeddings`, else [`CTX_WITHOUT_LIMIT`]) whose plan fits with `sequences`
+/// sequences (and the run's snapshot slots; fitting is monotone in the positions). One rule
+/// for `chat` and `serve`.
 ///
 /// Errors (exit 3): not even one position fits: the plan's own refusal at one position.
-pub(super) fn largest_ctx(
-    c: &PlanInputs<'_>,
-    sequences: usize,
-    max_positions: usize,
-) -> Result<usize> {
+pub(super) fn largest_ctx(c: &PlanInputs<'_>, sequences: usize) -> Result<usize> {
+    let most = c
+        .inp
+        .cfg
+        .max_position_embeddings
+        .map_or(CTX_WITHOUT_LIMIT, |m| m.min(usize::MAX as u64) as usize)
+        .max(1);
     let available = crate::io::sys::memory_available().available();
     let plan = |n: usize| plan_run(&model_sizes(c, sequences, n), &c.req.budget, available);
-    match largest_fitting(max_positions, &|n| plan(n).is_ok()) {
+    match largest_fitting(most, &|n| plan(n).is_ok()) {
         Some(n) => Ok(n),
         None => plan(1).map(|_| 1),
     }

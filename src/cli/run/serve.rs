@@ -135,10 +135,6 @@ pub(crate) fn prepare_serve(
     }
     let prep = bind::prepare(&index, &inp.cfg, inp.layers)?;
     let packed = open_packed(&req, &inp, &index)?;
-    let maxp = inp
-        .cfg
-        .max_position_embeddings
-        .map_or(usize::MAX / 2, |m| m.min(usize::MAX as u64 / 2) as usize);
     if req.ctx.is_none() {
         let pi = PlanInputs {
             req: &req,
@@ -149,7 +145,7 @@ pub(crate) fn prepare_serve(
             want_all: false,
         };
         // none fits: plan one position so that the plan's own error names the shortfall
-        inp.positions = largest_ctx(&pi, req.parallel, maxp).unwrap_or(1);
+        inp.positions = largest_ctx(&pi, req.parallel).unwrap_or(1);
         if !req.quiet {
             crate::sayln!(
                 "context: {} positions per sequence (the largest that fits; give --ctx N to choose)",
