@@ -6,9 +6,14 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 /// `cmd` run by `script` on a pseudo-terminal, its standard streams piped.
+///
+/// `script` starts `$SHELL -c CMD`; the command is `exec`ed so that k3 itself is the
+/// terminal's foreground process. A shell that stayed as its parent (dash, the `/bin/sh`
+/// `script` uses when `SHELL` is unset, does not exec a lone command) would get the same
+/// Ctrl-C as k3 and die of it, and `script` would report the shell's 130.
 fn script(cmd: &str) -> std::process::Child {
     Command::new("/usr/bin/script")
-        .args(["-qec", cmd, "/dev/null"])
+        .args(["-qec", &format!("exec {cmd}"), "/dev/null"])
         .env_remove("K3_TEST_FORCE_IDS")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
