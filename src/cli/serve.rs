@@ -18,6 +18,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How long running requests may go on after SIGINT/SIGTERM: the scheduler then cancels them
+/// at the end of the step that is running (ENGINE.md §11). `K3_TEST_DRAIN_MS` (tests only)
+/// shortens it.
+const DRAIN: Duration = Duration::from_secs(30);
+/// Once the scheduler has ended every request, how long the connection threads get to write
+/// the last replies before the process exits (the HTTP drain is held until then: one bound).
+const REPLY_MARGIN: Duration = Duration::from_secs(5);
+/// Longest wait of the `K3_TEST_LOAD_GATE` hook (tests only).
+const LOAD_GATE_MAX: Duration = Duration::from_secs(120);
+
 /// `serve`'s own flags.
 const SERVE_SPECS: &[Spec] = &[
     Spec::Value("port"),
@@ -165,6 +175,32 @@ fn serve_flags(a: &Args) -> Result<ServeFlags> {
     })
 }
 
+/// A duration in milliseconds from the test hook `var`, if set (tests only; DEVELOPERS.md).
+///
+/// Errors: a value that is not a whole number of milliseconds (exit 2 naming the variable).
+fn test_ms(var: &str) -> Result<Option<Duration>> {
+    match std::env::var(var) {
+        Err(_) => Ok(None),
+        Ok(v) => v
+            .trim()
+            .parse::<u64>()
+            .map(|ms| Some(Duration::from_millis(ms)))
+            .map_err(|_| Error::invalid(format!("{var}={v}: expected milliseconds"))),
+    }
+}
+
+/// The `K3_TEST_LOAD_GATE=PATH` hook (tests only): the model is loaded once PATH exists (at
+/// most [`LOAD_GATE_MAX`] later), so a test sees `/health` answer 503 for as long as it needs.
+fn wait_for_load_gate() {
+    let Some(path) = std::env::var_os("K3_TEST_LOAD_GATE") else {
+        return;
+    };
+    let until = std::time::Instant::now() + LOAD_GATE_MAX;
+    while !std::path::Path::new(&path).exists() && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Binds the listener: a port in use (or an address not of this machine) is exit 2 naming
 /// the address.
 fn bind(ip: IpAddr, port: u16) -> Result<TcpListener> {
@@ -231,11 +267,19 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     crate::sayln!(
         "k3 serve: listening on http://{addr} (loading the model; /health is 503 until ready)"
     );
+    let defaults = http::Limits::default();
     let limits = http::Limits {
         max_body_bytes: f.max_body,
-        ..http::Limits::default()
+        request_deadline: test_ms("K3_TEST_REQUEST_DEADLINE_MS")?
+            .unwrap_or(defaults.request_deadline),
+        drain_timeout: REPLY_MARGIN,
+        ..defaults
     };
+    let drain = test_ms("K3_TEST_DRAIN_MS")?.unwrap_or(DRAIN);
     let shutdown = Shutdown::new();
+    // the transport's drain lasts while the scheduler runs (its own bound: `drain` and the
+    // step then running), then REPLY_MARGIN for the last replies
+    let hold = shutdown.hold();
     let http_thread = {
         let (server, shutdown) = (Arc::clone(&server), shutdown.clone());
         std::thread::Builder::new()
@@ -250,7 +294,9 @@ pub fn run(argv: &[OsString]) -> Result<()> {
             while !stop.load(Ordering::SeqCst) {
                 if crate::io::signal::terminate_requested() {
                     crate::sayln!(
-                        "k3 serve: signal received; draining (finishing running requests)"
+                        "k3 serve: signal received; draining (running requests finish, or are \
+                         cancelled after {:.0} s)",
+                        drain.as_secs_f64()
                     );
                     queue.close();
                     stop.store(true, Ordering::SeqCst);
@@ -261,6 +307,7 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         })
     };
     let plan = prep.plan_summary();
+    wait_for_load_gate();
     let loaded = prep.load();
     let res = loaded.map(|mut model| {
         server.loaded.store(true, Ordering::SeqCst);
@@ -278,12 +325,13 @@ pub fn run(argv: &[OsString]) -> Result<()> {
             vocab: server.limits.vocab,
             metrics: &metrics,
             stop: &stop,
-            drain: Duration::from_secs(30),
+            drain,
         };
         sched.run(&mut model.sess);
     });
     stop.store(true, Ordering::SeqCst);
     shutdown.request();
+    drop(hold);
     let _ = watcher.join();
     let served = http_thread
         .join()

@@ -368,6 +368,12 @@ pub trait Progress {
     fn chunk_done(&mut self, chunk: usize, n_chunks: usize, positions: usize);
     /// The forward finished.
     fn done(&mut self);
+    /// Asked after each chunk: true stops the prefill there with an error (a server whose
+    /// client has gone frees the slot at the next chunk, not after the whole prompt).
+    /// Default: never.
+    fn cancelled(&self) -> bool {
+        false
+    }
 }
 
 /// A bound model with its trunk source `T`, expert source `E` and compute, and the
@@ -429,7 +435,8 @@ impl<'t, T: TrunkSource, E: ExpertSource> Session<'t, T, E> {
     /// row's logits are kept for the first choice. With `--gen 0` every prompt row is hashed
     /// (teacher-forced); the stop rules that fire before any choice are applied.
     ///
-    /// Errors: a failed read (exit 4), a non-finite value (exit 2), an error of `sink`.
+    /// Errors: a failed read (exit 4), a non-finite value (exit 2), an error of `sink`, a
+    /// cancel of `progress` ([`Progress::cancelled`], exit 2; the sequence is then unusable).
     pub fn prefill(
         &mut self,
         seq: &mut Sequence,
@@ -604,6 +611,12 @@ impl<'t, T: TrunkSource, E: ExpertSource> Session<'t, T, E> {
             }
             if let Some(p) = progress.as_deref_mut() {
                 p.chunk_done(ci, n_chunks, state.n_pos);
+                if !last && p.cancelled() {
+                    return Err(Error::invalid(format!(
+                        "the prefill was cancelled at position {} (nobody waits for it)",
+                        state.n_pos
+                    )));
+                }
             }
         }
         if let Some(p) = progress {

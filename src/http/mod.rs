@@ -9,7 +9,7 @@
 //!   Events.
 //! * `server`: [`serve`], the accept loop: at most [`Limits::max_connections`] connection
 //!   threads (beyond: 503 with `Retry-After: 1`), read, idle and whole-request timeouts, graceful
-//!   [`Shutdown`].
+//!   [`Shutdown`] (its drain held by the application while its own work runs).
 //!
 //! Chunked request bodies are **read** (not refused with 411): RFC 9112 §7.1, chunk extensions
 //! ignored, trailer fields read (they count towards [`Limits::max_header_bytes`]) and dropped;
@@ -24,7 +24,7 @@ mod server;
 
 pub use request::{Request, RequestParser, Step, MAX_TARGET_BYTES};
 pub use response::{reason, Responder, Response, Stream};
-pub use server::{serve, Handler, Shutdown};
+pub use server::{serve, DrainHold, Handler, Shutdown};
 
 use std::time::Duration;
 
@@ -55,8 +55,9 @@ pub struct Limits {
     /// Longest a write to the client may block (a client that stops reading); the write then
     /// fails as a disconnected client. Default 30 s.
     pub write_timeout: Duration,
-    /// After [`Shutdown::request`], how long [`serve`] waits for running connections to end
-    /// before it returns anyway. Default 10 s.
+    /// After [`Shutdown::request`] (or, when the drain is held, after the last
+    /// [`Shutdown::hold`] is released), how long [`serve`] waits for running connections to
+    /// end before it returns anyway. Default 10 s.
     pub drain_timeout: Duration,
 }
 

@@ -51,12 +51,26 @@ pub trait Handler: Send + Sync + 'static {
 }
 
 /// The shutdown flag of one [`serve`] call: cloned into whatever requests it (a signal
-/// watcher) and into handlers that want to cut long work short.
+/// watcher) and into handlers that want to cut long work short. It also carries the drain's
+/// holds ([`Shutdown::hold`]).
 #[derive(Clone, Debug, Default)]
 pub struct Shutdown {
     flag: Arc<AtomicBool>,
     /// A process-wide flag also watched (set by a signal handler).
     global: Option<&'static AtomicBool>,
+    /// Live [`DrainHold`]s: while any is held the drain has no deadline.
+    holds: Arc<AtomicUsize>,
+}
+
+/// Keeps [`serve`]'s drain waiting for running connections ([`Shutdown::hold`]); released
+/// when dropped (also by a panic).
+#[derive(Debug)]
+pub struct DrainHold(Arc<AtomicUsize>);
+
+impl Drop for DrainHold {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Shutdown {
@@ -67,16 +81,34 @@ impl Shutdown {
 
     /// A handle on an existing shared flag.
     pub fn with_flag(flag: Arc<AtomicBool>) -> Shutdown {
-        Shutdown { flag, global: None }
+        Shutdown {
+            flag,
+            ..Shutdown::default()
+        }
     }
 
     /// A handle that also counts as requested once `global` is true: a `static` a signal
     /// handler sets (storing into an `AtomicBool` is async-signal-safe).
     pub fn with_static(global: &'static AtomicBool) -> Shutdown {
         Shutdown {
-            flag: Arc::default(),
             global: Some(global),
+            ..Shutdown::default()
         }
+    }
+
+    /// Makes the drain after a shutdown request wait, however long, for running connections
+    /// while the returned hold lives; [`Limits::drain_timeout`] then counts from its release.
+    /// For an application whose own work has a bound of its own (the scheduler of `k3 serve`
+    /// finishing or cancelling requests): the transport then waits exactly that long plus
+    /// the time to write the last replies, instead of a second, unrelated limit that could end
+    /// the process before a reply finished inside the application's bound was written.
+    pub fn hold(&self) -> DrainHold {
+        self.holds.fetch_add(1, Ordering::SeqCst);
+        DrainHold(Arc::clone(&self.holds))
+    }
+
+    fn held(&self) -> bool {
+        self.holds.load(Ordering::SeqCst) > 0
     }
 
     /// Asks [`serve`] to stop accepting, let running requests finish and return.
@@ -91,8 +123,9 @@ impl Shutdown {
 }
 
 /// Serves `listener` until `shutdown` is requested, then stops accepting (the listener is
-/// closed), waits up to [`Limits::drain_timeout`] for the running connections to end, and
-/// returns (connection threads still running then are left to finish on their own).
+/// closed), waits for the running connections to end — while a [`DrainHold`] is held, then up
+/// to [`Limits::drain_timeout`] more — and returns (connection threads still running then are
+/// left to finish on their own).
 /// Errors: the listener cannot be made non-blocking or fails for good (EBADF, EINVAL,
 /// ENOTSOCK); transient accept errors (EMFILE, aborted connections) are retried.
 pub fn serve(
@@ -139,8 +172,13 @@ pub fn serve(
         }
     }
     drop(listener);
-    let until = Instant::now() + limits.drain_timeout;
-    while active.load(Ordering::SeqCst) > 0 && Instant::now() < until {
+    let mut until = Instant::now() + limits.drain_timeout;
+    while active.load(Ordering::SeqCst) > 0 {
+        if shutdown.held() {
+            until = Instant::now() + limits.drain_timeout;
+        } else if Instant::now() >= until {
+            break;
+        }
         linger_tick(&mut lingering);
         std::thread::sleep(POLL);
     }

@@ -1,7 +1,8 @@
 //! The routes of `k3 serve` (ENGINE.md §11) on the HTTP transport: `/health` (503 until the
 //! model is loaded), `/metrics`, `/v1/models`, `/v1/chat/completions`, `/v1/completions`;
 //! the API key (Bearer, compared in constant time), CORS only when `--cors` names an origin,
-//! and one log line per request (no prompt text unless `--log-prompts`).
+//! and one log line per request (no prompt text unless `--log-prompts`; none for `/health`
+//! probes, which only count in `/metrics`).
 
 use super::api::{self, ApiError};
 use super::encode;
@@ -205,6 +206,10 @@ impl Handler for Server {
         let n = self.counter.fetch_add(1, Ordering::Relaxed) + 1;
         let o = self.route(req, out, n);
         self.metrics.request(o.status);
+        if req.path() == "/health" {
+            // a probe every few seconds would bury the requests: counted, never logged
+            return;
+        }
         let mut line = format!(
             "k3 serve: req-{n} {} {} {} {} prompt={} completion={} cached={} {:.3}s",
             req.peer.ip(),

@@ -38,11 +38,12 @@ impl Outcome {
         }
     }
 
-    /// The client went away before the response was complete (logged as 499).
-    fn gone() -> Outcome {
+    /// The client went away before the response was complete (logged as 499 with the
+    /// tokens made for it so far).
+    fn gone(usage: Usage) -> Outcome {
         Outcome {
             status: 499,
-            usage: Usage::default(),
+            usage,
             error: Some("client disconnected".into()),
         }
     }
@@ -145,7 +146,6 @@ fn generate(
             .unwrap_or(server.limits.ctx.saturating_sub(ids.len()) as u64),
         settings: params.settings,
         logprobs: params.logprobs,
-        progress: params.stream,
         events: tx,
         ids,
     };
@@ -186,10 +186,18 @@ fn generate(
     }
 }
 
+/// Longest wait for an event before the client is looked at anyway (a long prefill chunk).
+const QUIET: Duration = Duration::from_millis(250);
+
 /// The next event; `None` when the client is gone (`gone()`) or the scheduler went away.
+/// The client is looked at after every event, not only after `QUIET` without one: during
+/// decode an event comes every step, and a handler that looked only on silence never saw a
+/// non-streaming client leave, so its slot was held to the last token. Dropping the receiver
+/// (returning `None`) is what frees the slot, at the scheduler's next send.
 fn next(rx: &Receiver<Event>, gone: &mut dyn FnMut() -> bool) -> Option<Event> {
     loop {
-        match rx.recv_timeout(Duration::from_millis(250)) {
+        match rx.recv_timeout(QUIET) {
+            Ok(_) if gone() => return None,
             Ok(e) => return Some(e),
             Err(RecvTimeoutError::Timeout) if !gone() => continue,
             Err(_) => return None,
@@ -243,7 +251,7 @@ fn whole(
     let mut lps = Vec::new();
     loop {
         let Some(ev) = next(rx, &mut || out.disconnected()) else {
-            return Outcome::gone();
+            return Outcome::gone(r.final_usage());
         };
         match ev {
             Event::Started { cached } => r.usage.cached_tokens = cached,
@@ -312,10 +320,10 @@ fn stream(
     let first = match next(rx, &mut || out.disconnected()) {
         Some(Event::Failed(m)) => return Outcome::refused(server, out, &failed(&m)),
         Some(e) => e,
-        None => return Outcome::gone(),
+        None => return Outcome::gone(r.final_usage()),
     };
     let Ok(mut s) = out.stream(200, headers) else {
-        return Outcome::gone();
+        return Outcome::gone(r.final_usage());
     };
     let mut text_len = 0usize;
     let send = |s: &mut Stream<'_>, v: Value| s.chunk(&encode::sse(&v)).is_ok();
@@ -361,17 +369,11 @@ fn stream(
             }
         };
         if !ok {
-            return Outcome {
-                usage: r.final_usage(),
-                ..Outcome::gone()
-            };
+            return Outcome::gone(r.final_usage());
         }
         ev = next(rx, &mut || s.disconnected());
         if ev.is_none() {
-            return Outcome {
-                usage: r.final_usage(),
-                ..Outcome::gone()
-            };
+            return Outcome::gone(r.final_usage());
         }
     }
     let mut tail = Vec::new();
@@ -431,4 +433,58 @@ fn emit(
         }
     };
     s.chunk(&encode::sse(&v)).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bug: `next` looked at the client only after `QUIET` without an event, and during
+    /// decode an event comes every step, so a gone client was never noticed. Events every
+    /// 5 ms and a client gone from the start: the first event must end the wait.
+    #[test]
+    fn a_gone_client_is_noticed_at_the_next_event_however_busy() {
+        let (tx, rx) = mpsc::channel();
+        let sender = std::thread::spawn(move || {
+            for id in 0..400 {
+                let tok = Event::Token { id, logits: None };
+                if tx.send(tok).is_err() {
+                    return id;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            400
+        });
+        let mut asked = 0;
+        assert!(next(&rx, &mut || {
+            asked += 1;
+            true
+        })
+        .is_none());
+        assert_eq!(asked, 1, "looked at the client once, at the first event");
+        drop(rx);
+        // the receiver is gone: the sender's next send fails (what frees a scheduler slot)
+        assert!(sender.join().unwrap() < 400);
+    }
+
+    /// A client still there gets every event.
+    #[test]
+    fn events_pass_while_the_client_is_there() {
+        let (tx, rx) = mpsc::channel();
+        tx.send(Event::Started { cached: 0 }).unwrap();
+        tx.send(Event::Done(StopReason::Length)).unwrap();
+        assert!(matches!(
+            next(&rx, &mut || false),
+            Some(Event::Started { cached: 0 })
+        ));
+        assert!(matches!(
+            next(&rx, &mut || false),
+            Some(Event::Done(StopReason::Length))
+        ));
+        drop(tx);
+        assert!(
+            next(&rx, &mut || false).is_none(),
+            "the scheduler went away"
+        );
+    }
 }

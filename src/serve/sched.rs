@@ -4,7 +4,8 @@
 //! ([`Session::step`]), so a sequence's ids and logits are the bits it gets alone. A job joins
 //! at the next step (prefilled alone, from the longest held snapshot of its prefix); a job
 //! whose receiver is gone (the client disconnected, or the handler stopped at a `stop`
-//! string) leaves at the next step. A failed step fails that step's jobs; the server stays up.
+//! string) leaves at the next step, is cut at the next prefill chunk, or is never started
+//! when it left while queued. A failed step fails that step's jobs; the server stays up.
 
 use super::metrics::Metrics;
 use super::pool::SnapshotPool;
@@ -31,8 +32,6 @@ pub struct Job {
     pub max_tokens: u64,
     /// Send each chosen id's logits too (`logprobs`).
     pub logprobs: bool,
-    /// Send prefill progress (a streaming client).
-    pub progress: bool,
     /// Where the job's events go; a failed send ends the job.
     pub events: Sender<Event>,
 }
@@ -213,15 +212,16 @@ impl Scheduler<'_> {
     }
 
     /// Gives `job` a sequence: from the longest held snapshot of its prefix, else fresh;
-    /// prefills what is new and snapshots the prompt's end. None when the job ended already
-    /// (its client is gone, or its prefill failed).
+    /// prefills what is new and snapshots the prompt's end. None when the job ended already:
+    /// its client is gone (found by the `Started` event, before any prefill, or by a progress
+    /// event between prefill chunks, which cuts the prefill short), or its prefill failed.
     fn start<T: TrunkSource, E: ExpertSource>(
         &mut self,
         sess: &mut Session<'_, T, E>,
         job: Job,
     ) -> Option<Active> {
         let t0 = Instant::now();
-        let res = (|| -> Result<(Sequence, usize)> {
+        let res = (|| -> Result<Option<(Sequence, usize)>> {
             let rules = StopRules::new(
                 self.end_ids.clone(),
                 Vec::new(),
@@ -243,27 +243,30 @@ impl Scheduler<'_> {
                 cached = len;
                 if len == job.ids.len() {
                     seq.restart_turn(rules)?;
-                    return Ok((seq, cached));
+                } else {
+                    seq.continue_with(&job.ids[len..], rules)?;
                 }
-                seq.continue_with(&job.ids[len..], rules)?;
             }
-            let _ = job.events.send(Event::Started { cached });
-            let total = job.ids.len() - cached;
-            let mut prog = ToEvents {
-                events: &job.events,
-                base: cached,
-                total,
-                on: job.progress,
-            };
-            sess.prefill(&mut seq, Some(&mut prog), &mut |_| Ok(()))?;
-            self.pool.insert(job.ids.clone(), seq.snapshot());
-            Ok((seq, cached))
+            // a send fails once the handler dropped its receiver: a client that left while
+            // queued costs no prefill
+            if job.events.send(Event::Started { cached }).is_err() {
+                return Ok(None);
+            }
+            if cached < job.ids.len() {
+                let mut prog = ToEvents {
+                    events: &job.events,
+                    base: cached,
+                    total: job.ids.len() - cached,
+                    gone: false,
+                };
+                sess.prefill(&mut seq, Some(&mut prog), &mut |_| Ok(()))?;
+                self.pool.insert(job.ids.clone(), seq.snapshot());
+            }
+            Ok(Some((seq, cached)))
         })();
         match res {
-            Ok((seq, cached)) => {
-                if cached == job.ids.len() {
-                    let _ = job.events.send(Event::Started { cached });
-                }
+            Ok(None) => None,
+            Ok(Some((seq, cached))) => {
                 self.metrics
                     .prefilled(job.ids.len() - cached, cached, t0.elapsed().as_secs_f64());
                 if let Some(r) = seq.stop_reason() {
@@ -340,24 +343,31 @@ impl Scheduler<'_> {
     }
 }
 
-/// A prefill's progress as [`Event::Progress`] (for streaming clients).
+/// A prefill's progress as [`Event::Progress`], sent to every job: a streaming handler writes
+/// it as an SSE comment, and every handler looks at its client when an event comes, so a
+/// failed send (the handler has gone) cancels the prefill at the end of the chunk.
 struct ToEvents<'a> {
     events: &'a Sender<Event>,
     /// Positions already run (from a snapshot).
     base: usize,
     total: usize,
-    on: bool,
+    /// A send failed: nobody waits for this prefill.
+    gone: bool,
 }
 
 impl Progress for ToEvents<'_> {
     fn layer(&mut self, _: usize, _: usize, _: usize, _: usize) {}
     fn chunk_done(&mut self, chunk: usize, n_chunks: usize, positions: usize) {
-        if self.on && chunk + 1 < n_chunks {
-            let _ = self.events.send(Event::Progress {
+        if chunk + 1 < n_chunks {
+            let sent = self.events.send(Event::Progress {
                 done: positions.saturating_sub(self.base).min(self.total),
                 total: self.total,
             });
+            self.gone |= sent.is_err();
         }
     }
     fn done(&mut self) {}
+    fn cancelled(&self) -> bool {
+        self.gone
+    }
 }

@@ -6,7 +6,7 @@ use k3::http::{serve, Handler, Limits, Request, Responder, Response, Shutdown};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -14,11 +14,14 @@ const BOUND: Duration = Duration::from_secs(30);
 
 /// `/echo`: the method, target and body back; `/stream`: chunks until the client is gone
 /// (`?n=3`: three, `?big`: 64 KiB ones as fast as they go), then the chunk error's kind on
-/// `gone`; `/silent`: no response; anything else 404.
+/// `gone`; `/silent`: no response; `/gate`: 200 once the test opens `gate` (at most `BOUND`
+/// later); anything else 404.
 struct Toy {
     gone: Mutex<Option<mpsc::Sender<std::io::ErrorKind>>>,
     /// The statuses the transport refused requests with, told through `Handler::refused`.
     refused: Arc<Mutex<Vec<u16>>>,
+    /// `/gate`: (opened by the test, requests inside the handler); notified on each change.
+    gate: Arc<(Mutex<(bool, usize)>, Condvar)>,
 }
 
 impl Toy {
@@ -60,6 +63,14 @@ impl Handler for Toy {
             }
             "/stream" => self.stream(req, out),
             "/silent" => {}
+            "/gate" => {
+                let (state, cv) = &*self.gate;
+                let mut g = state.lock().unwrap();
+                g.1 += 1;
+                cv.notify_all();
+                let _ = cv.wait_timeout_while(g, BOUND, |o| !o.0).unwrap();
+                let _ = out.send(Response::new(200, "text/plain", b"opened".to_vec()));
+            }
             _ => {
                 let _ = out.send(Response::new(404, "text/plain", b"no".to_vec()));
             }
@@ -115,6 +126,7 @@ fn toy() -> Toy {
     Toy {
         gone: Mutex::new(None),
         refused: Arc::default(),
+        gate: Arc::default(),
     }
 }
 
@@ -503,4 +515,81 @@ fn a_request_cut_short_is_answered_400() {
     let (status, body) = refused(c);
     assert_eq!(status, 400);
     assert!(body.contains("before it was complete"), "{body}");
+}
+
+type Gate = Arc<(Mutex<(bool, usize)>, Condvar)>;
+
+/// Waits (bounded) until a `/gate` request is inside the handler.
+fn gate_entered(gate: &Gate) {
+    let (state, cv) = &**gate;
+    let g = state.lock().unwrap();
+    let (g, _) = cv.wait_timeout_while(g, BOUND, |o| o.1 == 0).unwrap();
+    assert!(g.1 > 0, "the /gate request never reached the handler");
+}
+
+/// Lets every `/gate` request answer.
+fn open_gate(gate: &Gate) {
+    let (state, cv) = &**gate;
+    state.lock().unwrap().0 = true;
+    cv.notify_all();
+}
+
+/// The drain race of `k3 serve`: the transport's drain limit (10 s) was shorter than the
+/// scheduler's (30 s), so `serve` returned (and the process exited) before a connection wrote
+/// a reply finished in between. With the drain held (`Shutdown::hold`, as `k3 serve` holds
+/// it while its scheduler runs) `serve` waits past `drain_timeout` for the running
+/// connection, and returns once it has written its reply.
+#[test]
+fn a_held_drain_waits_for_a_running_connection_past_drain_timeout() {
+    let l = Limits {
+        drain_timeout: Duration::from_millis(100),
+        ..limits()
+    };
+    let toy = toy();
+    let gate = Arc::clone(&toy.gate);
+    let mut server = Server::start(l, toy);
+    let hold = server.shutdown.hold();
+    let mut c = server.connect();
+    c.write_all(b"GET /gate HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    gate_entered(&gate);
+    server.shutdown.request();
+    // ten times the drain timeout: without the hold, `serve` has returned by now
+    std::thread::sleep(Duration::from_secs(1));
+    let join = server.join.take().unwrap();
+    assert!(
+        !join.is_finished(),
+        "serve returned while its drain was held and a connection was running"
+    );
+    open_gate(&gate);
+    let (status, _, body) = read_response(&mut BufReader::new(&mut c));
+    assert_eq!((status, body.as_slice()), (200, &b"opened"[..]));
+    // the connection ended: `serve` returns although the hold is still held
+    join.join().unwrap().unwrap();
+    drop(hold);
+}
+
+/// Released, a hold leaves `drain_timeout` for the connections still running, then `serve`
+/// returns without them.
+#[test]
+fn a_released_hold_leaves_drain_timeout() {
+    let l = Limits {
+        drain_timeout: Duration::from_millis(200),
+        ..limits()
+    };
+    let toy = toy();
+    let gate = Arc::clone(&toy.gate);
+    let mut server = Server::start(l, toy);
+    let hold = server.shutdown.hold();
+    let mut c = server.connect();
+    c.write_all(b"GET /gate HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    gate_entered(&gate);
+    server.shutdown.request();
+    drop(hold);
+    // the gate stays shut: `serve` returns on its own after the drain timeout
+    server.join.take().unwrap().join().unwrap().unwrap();
+    open_gate(&gate);
+    // the connection thread still answers (left to finish on its own)
+    assert_eq!(read_response(&mut BufReader::new(&mut c)).0, 200);
 }

@@ -5,24 +5,50 @@ Run by .ci/run in a virtual environment with `openai` installed:
     python3 tests/serve/openai_client.py target/debug/k3 tests/fixtures/tiny-k3-text
 
 Starts servers on 127.0.0.1 with --port 0 (loopback only), checks, and stops them; every wait
-is bounded. Checks: chat non-streaming and streaming (the deltas concatenate to the whole
-reply), the same seed twice gives the same reply, completions text equals `k3 run` on the same
-ids, models, curl, tool calls through the forced-reply hook (K3_TEST_FORCE_IDS) with the tool
-result sent back reusing the prefix (cached_tokens), and a bounded load run (100 requests
-from 8 clients: every one answered 200 or 503, none lost or corrupted, peak RSS within the
-plan).
+is bounded and the whole script is killed after HARD_TIMEOUT. Checks: chat non-streaming and
+streaming (the deltas concatenate to the whole reply), the same seed twice gives the same
+reply, completions text equals `k3 run` on the same ids, models, curl, a bounded load run
+(16 clients, LOAD_REQUESTS requests within LOAD_SECONDS against --parallel 2 --queue 2: every
+request answered 200 or 503, some 503, every 200 the bits of the same request served alone,
+peak RSS within the plan of the startup line), SIGINT with a stream running past the drain
+bound (the client raises APIError on the error chunk; exit 0), and tool calls through the
+forced-reply hook (K3_TEST_FORCE_IDS) with the tool result sent back reusing the prefix
+(cached_tokens).
 """
 
 import concurrent.futures
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
 import time
 
 import openai
+
+# The whole script ends by then, whatever hangs (servers killed, exit 1).
+HARD_TIMEOUT = 240
+# The load run: clients, requests in all, and the time after which no client starts another.
+LOAD_CLIENTS = 16
+LOAD_REQUESTS = 192
+LOAD_SECONDS = 60
+# Distinct request bodies of the load run (each also served alone first, to compare).
+LOAD_VARIANTS = 24
+SERVERS = []
+
+
+def watchdog():
+    """Kills every server and the script once HARD_TIMEOUT has passed."""
+    def die():
+        print(f"FAILED: the script ran past its hard timeout of {HARD_TIMEOUT} s", flush=True)
+        for srv in SERVERS:
+            srv.p.kill()
+        os._exit(1)
+    t = threading.Timer(HARD_TIMEOUT, die)
+    t.daemon = True
+    t.start()
 
 K3, MODEL_DIR = sys.argv[1], sys.argv[2]
 MODEL = os.path.basename(os.path.normpath(MODEL_DIR))
@@ -49,6 +75,7 @@ class Server:
             [K3, "serve", MODEL_DIR, "--port", "0", *args],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             env=e, text=True)
+        SERVERS.append(self)
         self.lines = []
         self.url = None
         got = threading.Event()
@@ -77,10 +104,14 @@ class Server:
                                     timeout=120)
 
     def plan_bytes(self):
+        """The plan of the startup line (`k3 serve: ready on …, 54.9 MB planned`), in bytes,
+        rounded up by the printed figure's last digit (three significant digits)."""
         for line in self.lines:
-            m = re.search(r"memory plan: total ([\d.]+) (kB|MB|GB)", line)
+            m = re.search(r"k3 serve: ready on .* ([\d.]+) (kB|MB|GB) planned", line)
             if m:
-                return float(m.group(1)) * {"kB": 1e3, "MB": 1e6, "GB": 1e9}[m.group(2)]
+                unit = {"kB": 1e3, "MB": 1e6, "GB": 1e9}[m.group(2)]
+                digits = m.group(1).split(".")[1] if "." in m.group(1) else ""
+                return (float(m.group(1)) + 0.5 * 10 ** -len(digits)) * unit
         return None
 
     def peak_rss(self):
@@ -90,8 +121,8 @@ class Server:
                     return int(line.split()[1]) * 1024
         return None
 
-    def stop(self):
-        self.p.terminate()
+    def stop(self, sig=signal.SIGTERM):
+        self.p.send_signal(sig)
         try:
             rc = self.p.wait(60)
         except subprocess.TimeoutExpired:
@@ -112,7 +143,20 @@ def chat_text(c):
 
 
 def main():
-    s = Server(["--ctx", "1024", "--parallel", "4", "--queue", "8", "--threads", "1"])
+    watchdog()
+    t0 = time.time()
+    # small slot and queue counts, so that the load run gets 503s; a short drain bound, so
+    # that SIGINT cancels a long stream in a second (K3_TEST_DRAIN_MS, DEVELOPERS.md)
+    s = Server(["--ctx", "1024", "--parallel", "2", "--queue", "2", "--threads", "1"],
+               {"K3_TEST_DRAIN_MS": "1000"})
+    basics(s)
+    load(s)
+    sigint_cancels_a_stream(s)
+    tools()
+    print(f"all checks passed in {time.time() - t0:.0f} s")
+
+
+def basics(s):
     c = s.client
     check([m.id for m in c.models.list().data] == [MODEL], "models lists the one model")
     msgs = [{"role": "user", "content": "Write a haiku about the sea."}]
@@ -120,6 +164,8 @@ def main():
     b = c.chat.completions.create(model=MODEL, messages=msgs, max_tokens=12, seed=7)
     check(chat_text(a) == chat_text(b) and a.usage.completion_tokens == 12,
           "the same seed twice gives the same reply")
+    check(getattr(a.choices[0].message, "reasoning", None) is None,
+          "the reasoning comes once, as reasoning_content (no `reasoning` copy)")
     reasoning, content = "", ""
     usage = None
     for ch in c.chat.completions.create(model=MODEL, messages=msgs, max_tokens=12, seed=7,
@@ -136,7 +182,7 @@ def main():
     ids = [19180, 2695, 11, 1008, 10484]
     comp = c.completions.create(model=MODEL, prompt=ids, max_tokens=9, temperature=0)
     run = subprocess.run([K3, MODEL_DIR, "--ids", ",".join(map(str, ids)), "--gen", "9",
-                          "--quiet"], capture_output=True, text=True, check=True)
+                          "--quiet"], capture_output=True, text=True, check=True, timeout=120)
     check(comp.choices[0].text == run.stdout.rstrip("\n"),
           "completion text equals `k3 run` on the same ids")
 
@@ -157,9 +203,122 @@ def main():
         check(False, "unknown model refused")
     except openai.NotFoundError:
         check(True, "unknown model is 404 (openai.NotFoundError)")
-    load(s)
-    check(s.stop() == 0, "SIGTERM drains and exits 0")
 
+
+def variant(k):
+    """Load request `k` of LOAD_VARIANTS: chat (some streamed, some greedy) or completion."""
+    if k % 4 == 3:
+        return {"kind": "completion", "prompt": [300 + 7 * k + j for j in range(2 + k % 5)],
+                "max_tokens": 1 + k % 3, "seed": k}
+    return {"kind": "chat", "stream": k % 4 == 1, "max_tokens": 1 + k % 3, "seed": k,
+            "temperature": 0 if k % 4 == 2 else None,
+            "messages": [{"role": "user", "content": f"Load {k}: " + "more " * (k % 5)}]}
+
+
+def ask(client, v):
+    """Sends variant `v`; (200, what must equal the solo reply) or (status, error text)."""
+    try:
+        if v["kind"] == "completion":
+            r = client.completions.create(model=MODEL, prompt=v["prompt"], seed=v["seed"],
+                                          max_tokens=v["max_tokens"])
+            return 200, (r.choices[0].text, r.choices[0].finish_reason,
+                         r.usage.prompt_tokens, r.usage.completion_tokens)
+        extra = {} if v["temperature"] is None else {"temperature": v["temperature"]}
+        args = dict(model=MODEL, messages=v["messages"], max_tokens=v["max_tokens"],
+                    seed=v["seed"], **extra)
+        if not v["stream"]:
+            r = client.chat.completions.create(**args)
+            m = r.choices[0].message
+            return 200, (getattr(m, "reasoning_content", None) or "", m.content or "",
+                         r.choices[0].finish_reason, r.usage.prompt_tokens,
+                         r.usage.completion_tokens)
+        reasoning, content, finish, usage = "", "", None, None
+        for ch in client.chat.completions.create(stream=True,
+                                                 stream_options={"include_usage": True},
+                                                 **args):
+            if ch.usage:
+                usage = ch.usage
+            if ch.choices:
+                d = ch.choices[0].delta
+                reasoning += getattr(d, "reasoning_content", None) or ""
+                content += d.content or ""
+                finish = ch.choices[0].finish_reason or finish
+        return 200, (reasoning, content, finish, usage.prompt_tokens, usage.completion_tokens)
+    except openai.APIStatusError as e:
+        return e.status_code, str(e)
+    except openai.APIError as e:
+        return -1, repr(e)
+
+
+def load(s):
+    """LOAD_CLIENTS clients send LOAD_REQUESTS requests in all (each client its share, one
+    after the other, waiting Retry-After's second after a 503), starting none after
+    LOAD_SECONDS. Every request is answered 200 or 503 (none lost), some are refused (the
+    slots and queue are small), every 200 is the solo reply of the same request, and the
+    server's peak RSS stays within the plan of its startup line."""
+    solo = {}
+    for k in range(LOAD_VARIANTS):
+        code, got = ask(s.client, variant(k))
+        check(code == 200, f"load: variant {k} served alone ({code} {got if code != 200 else ''})")
+        solo[k] = got
+    print(f"load: {LOAD_VARIANTS} variants served alone", flush=True)
+    results = []
+    lock = threading.Lock()
+    t0 = time.time()
+
+    def client(n):
+        for i in range(n, LOAD_REQUESTS, LOAD_CLIENTS):
+            if time.time() - t0 > LOAD_SECONDS:
+                return
+            k = i % LOAD_VARIANTS
+            code, got = ask(s.client, variant(k))
+            with lock:
+                results.append((i, k, code, got))
+            if code == 503:
+                time.sleep(1)
+    with concurrent.futures.ThreadPoolExecutor(LOAD_CLIENTS) as ex:
+        list(ex.map(client, range(LOAD_CLIENTS)))
+    took = time.time() - t0
+    codes = [c for _, _, c, _ in results]
+    bad = [(i, c, g) for i, _, c, g in results if c not in (200, 503)]
+    check(not bad, f"load: every request answered 200 or 503 (others: {bad[:3]})")
+    check(len(results) >= LOAD_REQUESTS * 3 // 4 and took <= LOAD_SECONDS + 30,
+          f"load: {len(results)} of {LOAD_REQUESTS} requests sent in {took:.1f} s from "
+          f"{LOAD_CLIENTS} clients: {codes.count(200)} answered 200, "
+          f"{codes.count(503)} refused 503")
+    check(codes.count(503) > 0 and codes.count(200) > 0,
+          "load: --parallel 2 --queue 2 both serves and refuses (503)")
+    differ = [(i, k) for i, k, c, g in results if c == 200 and g != solo[k]]
+    check(not differ, f"load: every 200 reply equals its solo reply (differing: {differ[:5]})")
+    plan, rss = s.plan_bytes(), s.peak_rss()
+    check(rss is not None and plan is not None and rss <= plan,
+          f"load: peak RSS {rss / 1e6:.1f} MB within the plan of {plan / 1e6:.1f} MB")
+
+
+def sigint_cancels_a_stream(s):
+    """SIGINT while a stream runs past the drain bound (K3_TEST_DRAIN_MS 1000): the stream's
+    error chunk makes the client raise APIError, and the server exits 0."""
+    stream = s.client.chat.completions.create(
+        model=MODEL, stream=True, max_tokens=900, seed=3,
+        messages=[{"role": "user", "content": "Keep going until stopped."}])
+    it = iter(stream)
+    next(it)
+    s.p.send_signal(signal.SIGINT)
+    try:
+        for _ in it:
+            pass
+        check(False, "SIGINT: the stream past the drain bound is cancelled")
+    except openai.APIError as e:
+        check("shutting down" in str(e),
+              f"SIGINT: the cancelled stream raises openai.APIError ({e})")
+    try:
+        rc = s.p.wait(60)
+    except subprocess.TimeoutExpired:
+        rc = None
+    check(rc == 0, "SIGINT: the server drains and exits 0")
+
+
+def tools():
     t = Server(["--ctx", "1024", "--threads", "1"], {"K3_TEST_FORCE_IDS": TOOL_REPLY})
     user = {"role": "user", "content": "Weather in Paris?"}
     r = t.client.chat.completions.create(model=MODEL, messages=[user], tools=TOOLS, seed=1)
@@ -183,31 +342,7 @@ def main():
     # the whole first prompt: its prompt_tokens and the stub <|open|>think<|sep|> (3 ids)
     check(cached == r.usage.prompt_tokens + 3,
           f"the tool result reuses the first prompt: cached_tokens {cached}")
-    check(t.stop() == 0, "second server drains and exits 0")
-
-
-def load(s):
-    """100 requests from 8 clients, bounded: each answered 200 (and well-formed) or 503."""
-    def one(i):
-        msgs = [{"role": "user", "content": f"Request {i}: " + "more " * (i % 7)}]
-        try:
-            r = s.client.chat.completions.create(model=MODEL, messages=msgs,
-                                                 max_tokens=2 + i % 5, seed=i)
-            return 200 if r.usage.completion_tokens >= 1 else -1
-        except openai.APIStatusError as e:
-            return e.status_code
-    t0 = time.time()
-    with concurrent.futures.ThreadPoolExecutor(8) as ex:
-        codes = list(ex.map(one, range(100)))
-    took = time.time() - t0
-    bad = [c for c in codes if c not in (200, 503)]
-    check(len(codes) == 100 and not bad,
-          f"load: 100 requests in {took:.1f} s from 8 clients: "
-          f"{codes.count(200)} answered, {codes.count(503)} refused 503, others {bad}")
-    plan, rss = s.plan_bytes(), s.peak_rss()
-    print(f"load: peak RSS {rss / 1e6:.1f} MB, plan {plan / 1e6:.1f} MB")
-    check(rss is not None and plan is not None and rss <= plan + 16 * 2**20,
-          "peak RSS within the plan (+16 MiB)")
+    check(t.stop() == 0, "SIGTERM drains and exits 0")
 
 
 if __name__ == "__main__":

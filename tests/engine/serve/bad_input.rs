@@ -100,6 +100,41 @@ fn bad_requests_are_refused_naming_the_field() {
     assert_eq!(post(&s, chat, &ok).status, 200);
 }
 
+/// The context refusal counts the prompt as `usage.prompt_tokens` does (it said 89 where
+/// `usage` said 86: the 3 ids that open the reply were counted too), and names the positions.
+#[test]
+fn the_context_refusal_counts_the_prompt_as_usage_does() {
+    let s = start(&[], &[]);
+    let ok = post(&s, "/v1/chat/completions", &chat_body("Count me.", 1, 1));
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    let n = ok.json()["usage"]["prompt_tokens"].as_u64().unwrap();
+    let r = post(&s, "/v1/chat/completions", &chat_body("Count me.", 250, 1));
+    let v = assert_error(&r, 400, Some("max_tokens"));
+    let m = v["error"]["message"].as_str().unwrap();
+    assert!(
+        m.contains(&format!(
+            "the prompt ({n} tokens as usage.prompt_tokens counts them, {} positions with the 3 \
+             that open the reply)",
+            n + 3
+        )),
+        "{m}"
+    );
+    assert!(
+        m.contains(&format!("give max_tokens {} or less", 256 - n - 3)),
+        "{m}"
+    );
+    // a completion has no such ids: its count is usage's too
+    let c = json!({"model": MODEL, "prompt": [1, 2, 3, 4], "max_tokens": 253});
+    let v = assert_error(&post(&s, "/v1/completions", &c), 400, Some("max_tokens"));
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the prompt (4 tokens) + max_tokens (253)"),
+        "{v}"
+    );
+}
+
 #[test]
 fn transport_limits_answer_in_the_openai_shape() {
     let s = start(&[], &[]);

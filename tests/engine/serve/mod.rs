@@ -1,11 +1,15 @@
 //! `k3 serve` (ENGINE.md §11) end to end over loopback: endpoints, streaming, usage, tool
-//! calls, prefix reuse, logprobs (this file); bad input (`bad_input`); concurrency and the
-//! queue (`concurrency`); startup refusals and the drain (`startup`).
+//! calls, prefix reuse, logprobs (this file); bad input (`bad_input`); concurrency, the queue
+//! and a slow client (`concurrency`); clients that leave (`disconnect`); the request log
+//! (`log`); startup refusals, loading and the drain (`startup`); UTF-8 in streams (`text`).
 
 mod bad_input;
 mod concurrency;
+mod disconnect;
+mod log;
 mod startup;
 mod support;
+mod text;
 
 use crate::support::{fixture, run_k3};
 use serde_json::{json, Value};

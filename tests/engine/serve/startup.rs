@@ -1,6 +1,7 @@
-//! `k3 serve` startup refusals and the drain (ENGINE.md §11): a non-loopback host without a
-//! key, a port in use (exit 2 naming the address), `--parallel` beyond the plan (exit 3 naming
-//! the largest that fits), SIGTERM (exit 0).
+//! `k3 serve` startup refusals, loading and the drain (ENGINE.md §11): a non-loopback host
+//! without a key, a port in use (exit 2 naming the address), `--parallel` beyond the plan
+//! (exit 3 naming the largest that fits), `/health` 503 while the model loads, SIGTERM and
+//! SIGINT with requests running (exit 0).
 
 use super::support::*;
 use crate::support::{fixture, run_k3};
@@ -70,22 +71,9 @@ fn sigterm_drains_and_exits_0() {
         post(&s, "/v1/chat/completions", &chat_body("hi", 2, 1)).status,
         200
     );
-    let pid = s.child.id().to_string();
-    let k = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert!(k.success());
-    let mut status = None;
-    for _ in 0..600 {
-        if let Some(st) = s.child.try_wait().unwrap() {
-            status = Some(st);
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    assert_eq!(status.and_then(|s| s.code()), Some(0));
-    let log: Vec<String> = s.log.lock().unwrap().try_iter().collect();
+    s.signal("-TERM");
+    assert_eq!(s.wait_exit(), Some(0));
+    let log = s.log_lines();
     assert!(
         log.iter().any(|l| l.contains("k3 serve: stopped")),
         "{log:?}"
@@ -95,4 +83,112 @@ fn sigterm_drains_and_exits_0() {
         .iter()
         .any(|l| l.contains("POST /v1/chat/completions 200")));
     assert!(!log.iter().any(|l| l.contains("\"hi\"")), "{log:?}");
+}
+
+/// `/health` says 503 (with `Retry-After`) while the model loads, generation is refused the
+/// same way, and both open once it is loaded. The test hook `K3_TEST_LOAD_GATE` holds the
+/// loading until the test creates the file, so the 503 is seen every time.
+#[test]
+fn health_is_503_until_the_model_is_loaded() {
+    let dir = std::env::temp_dir().join(format!("k3-load-gate-{}", std::process::id()));
+    let _ = std::fs::remove_file(&dir);
+    let gate = dir.to_str().unwrap().to_string();
+    let s = spawn(&fixture(MODEL), &[], &[("K3_TEST_LOAD_GATE", &gate)]);
+    let h = get(&s, "/health");
+    assert_eq!(h.status, 503, "{}", h.text());
+    assert_eq!(h.json()["status"], "loading");
+    assert_eq!(h.header("retry-after"), Some("1"));
+    let r = post(&s, "/v1/chat/completions", &chat_body("hi", 2, 1));
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("loading"));
+    std::fs::write(&dir, b"").unwrap();
+    wait_healthy(&s);
+    let _ = std::fs::remove_file(&dir);
+    assert_eq!(
+        post(&s, "/v1/chat/completions", &chat_body("hi", 2, 1)).status,
+        200
+    );
+}
+
+/// SIGINT (Ctrl-C) with a request still decoding: the request finishes with its whole reply
+/// (200, written before the process exits), and the server exits 0.
+#[test]
+fn sigint_lets_a_running_request_finish_and_exits_0() {
+    let mut s = start(&["--parallel", "2", "--ctx", "1024"], &[]);
+    let body = chat_body("Keep going.", 40, 3);
+    let solo = post(&s, "/v1/chat/completions", &body);
+    assert_eq!(solo.status, 200, "{}", solo.text());
+    let c = send_only(&s, "/v1/chat/completions", &body);
+    let mut seen = s.log_lines();
+    // the second time its prompt is a held snapshot: decoding starts at once
+    for _ in 0..2400 {
+        if metric(&s, "k3_completion_tokens_total").unwrap_or(0.0) > 40.0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    s.signal("-INT");
+    let mut r = std::io::BufReader::new(c);
+    let mut buf = Vec::new();
+    std::io::Read::read_to_end(&mut r, &mut buf).unwrap_or_default();
+    let reply = parse(&buf);
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(comparable(reply.json()), comparable(solo.json()));
+    assert_eq!(s.wait_exit(), Some(0));
+    s.wait_log(&mut seen, |l| l.contains("k3 serve: stopped"));
+    let signal = seen.iter().position(|l| l.contains("signal received"));
+    let line = seen
+        .iter()
+        .rposition(|l| l.contains("/v1/chat/completions 200 ") && l.contains("completion=40"));
+    assert!(
+        signal.is_some() && line > signal,
+        "the request ended after the signal, its line before `stopped`: {seen:?}"
+    );
+}
+
+/// SIGINT with a request that would run past the drain bound (`K3_TEST_DRAIN_MS` shortens the
+/// 30 s): it is cancelled at the bound — a streamed reply ends with an error chunk and
+/// `[DONE]`, a whole one is a 500 — the replies are written before the process exits, and
+/// it exits 0.
+#[test]
+fn sigint_cancels_requests_past_the_drain_bound_and_exits_0() {
+    let mut s = start(
+        &["--parallel", "2", "--ctx", "2048"],
+        &[("K3_TEST_DRAIN_MS", "300")],
+    );
+    let streamed = open_stream(&s, &chat_body("Keep going.", 1900, 3));
+    let whole = send_only(
+        &s,
+        "/v1/chat/completions",
+        &chat_body("And you too.", 1900, 4),
+    );
+    for _ in 0..2400 {
+        if metric(&s, "k3_active_sequences") == Some(2.0) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    s.signal("-INT");
+    let read = |c: std::net::TcpStream| {
+        let mut buf = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut std::io::BufReader::new(c), &mut buf);
+        buf
+    };
+    let sb = read(streamed);
+    let text = String::from_utf8_lossy(&sb).into_owned();
+    assert!(
+        text.contains("data: {\"error\"") && text.contains("shutting down"),
+        "{text}"
+    );
+    assert!(text.contains("data: [DONE]"), "{text}");
+    let w = parse(&read(whole));
+    assert_eq!(w.status, 500, "{}", w.text());
+    assert!(w.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("shutting down"));
+    assert_eq!(s.wait_exit(), Some(0));
 }

@@ -39,6 +39,25 @@ pub fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
 
 /// [`start`] on the model directory `dir` (served as `tiny-k3-text` whatever its name).
 pub fn start_dir(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Server {
+    let s = spawn(dir, args, env);
+    wait_healthy(&s);
+    s
+}
+
+/// Waits (bounded) until `/health` says 200.
+pub fn wait_healthy(s: &Server) {
+    for _ in 0..1200 {
+        if get(s, "/health").status == 200 {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("k3 serve never became healthy");
+}
+
+/// Starts `k3 serve DIR` as [`start_dir`] does, returning once it listens (the model may
+/// still be loading).
+pub fn spawn(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Server {
     let mut cmd = k3();
     cmd.arg("serve")
         .arg(dir)
@@ -70,18 +89,76 @@ pub fn start_dir(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> 
             break a.parse::<SocketAddr>().expect("listening address");
         }
     };
-    let s = Server {
+    Server {
         child,
         addr,
         log: std::sync::Mutex::new(rx),
-    };
-    for _ in 0..1200 {
-        if get(&s, "/health").status == 200 {
-            return s;
-        }
-        std::thread::sleep(Duration::from_millis(100));
     }
-    panic!("k3 serve never became healthy");
+}
+
+impl Server {
+    /// The log lines printed since the last call (without waiting).
+    pub fn log_lines(&self) -> Vec<String> {
+        self.log.lock().unwrap().try_iter().collect()
+    }
+
+    /// Waits (bounded by [`WAIT`]) for a log line that `pred` accepts; returns it, and every
+    /// line read on the way is appended to `seen`.
+    pub fn wait_log(&self, seen: &mut Vec<String>, pred: impl Fn(&str) -> bool) -> String {
+        let rx = self.log.lock().unwrap();
+        let until = std::time::Instant::now() + WAIT;
+        loop {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            let line = rx
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no such log line; saw {seen:?}"));
+            seen.push(line.clone());
+            if pred(&line) {
+                return line;
+            }
+        }
+    }
+
+    /// Waits (bounded) for the process to exit; its exit code.
+    pub fn wait_exit(&mut self) -> Option<i32> {
+        for _ in 0..1200 {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st.code();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("k3 serve did not exit");
+    }
+
+    /// Sends `signal` (`-INT`, `-TERM`) to the server.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.child.id().to_string();
+        let k = std::process::Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .unwrap();
+        assert!(k.success());
+    }
+}
+
+/// The value of the metric line `name` (with its labels) in `/metrics`, if there is one.
+pub fn metric(s: &Server, name: &str) -> Option<f64> {
+    let t = get(s, "/metrics").text();
+    t.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Sends a request of `body` to `path` on a fresh connection without reading the reply.
+pub fn send_only(s: &Server, path: &str, body: &Value) -> TcpStream {
+    let b = body.to_string();
+    let mut c = connect(s);
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{b}",
+        b.len()
+    );
+    c.write_all(req.as_bytes()).unwrap();
+    c
 }
 
 /// A parsed response.
