@@ -18,8 +18,15 @@ Standard library only. Two modes:
 
     k3 serve /work/synth-k3 --tok tests/fixtures/tiny-k3-text --port 8000 --ctx 4096 --parallel 8
     python3 bench/serve_clients.py http://127.0.0.1:8000 synth-k3 --clients 1,2,4,8 --tokens 8
+    k3 serve /work/synth-k3 --tok tests/fixtures/tiny-k3-text --port 8000 --ctx 4096 --parallel 8 \\
+        --snapshots 24
     python3 bench/serve_clients.py http://127.0.0.1:8000 synth-k3 --mode ttft --clients 1,2,4,8 \\
-        --tsv bench/results/serve-ttft-synth-k3-YYYYMMDD.tsv
+        --tsv bench/results/serve-ttft-synth-k3-YYYYMMDD.tsv --server-cmd "k3 serve …"
+
+In ttft mode each client holds up to three snapshots at once (its turn 1 and the two turn-2
+prompts), so give the server `--snapshots` of at least 3 × the largest client count (and
+`--ctx` above the conversation: about --prompt-ids + 100), or least-recently-used eviction
+shows up as `reuse` rows with cached_tokens 0.
 
 Prints one TSV line per client count (throughput) or per request and a median summary per
 client count and phase (ttft). `--tsv FILE` writes the same rows to FILE after `#` lines with
@@ -173,7 +180,7 @@ def ttft(a, out):
                                        for r in got)
             prompt = statistics.median(r[4]["prompt_tokens"] for r in got)
             med = f"{statistics.median(ts):.4f}" if ts else ""
-            summary.append((n, phase, prompt, cached, med, len(ts), len(got)))
+            summary.append((n, phase, f"{prompt:g}", f"{cached:g}", med, len(ts), len(got)))
     out.row()
     out.comment("summary: median over the clients of each count")
     out.row("clients", "phase", "prompt_tokens", "cached_tokens", "ttft_s_median",
@@ -232,6 +239,7 @@ def main():
                     help="about how many prompt ids the ttft conversation has")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per request")
     ap.add_argument("--tsv", help="also write the rows here, after a header")
+    ap.add_argument("--server-cmd", help="the `k3 serve` command line, recorded in the header")
     a = ap.parse_args()
     a.url = a.url.rstrip("/")
     a.client_counts = [int(x) for x in a.clients.split(",")]
@@ -241,6 +249,8 @@ def main():
     out.comment("load average before: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     out.comment("started: " + time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()))
     out.comment(f"server: {a.url}, model {a.model}, mode {a.mode}")
+    if a.server_cmd:
+        out.comment("server command: " + a.server_cmd)
     (ttft if a.mode == "ttft" else throughput)(a, out)
     out.comment("load average after: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
 

@@ -61,6 +61,8 @@ fn streamed_chat_text_never_splits_a_character() {
     let m = &whole["choices"][0]["message"];
     assert_eq!(m["reasoning_content"], "Hi中é");
     assert_eq!(m["content"], "😀ж ok");
+    // the reasoning comes once, as `reasoning_content` (README: no `reasoning` copy)
+    assert!(m.get("reasoning").is_none(), "{m}");
     let mut sb = body.clone();
     sb["stream"] = json!(true);
     let r = post(&s, "/v1/chat/completions", &sb);
@@ -70,6 +72,7 @@ fn streamed_chat_text_never_splits_a_character() {
         let Some(d) = v["choices"].get(0).map(|c| &c["delta"]) else {
             continue;
         };
+        assert!(d.get("reasoning").is_none(), "{d}");
         for (key, acc) in [
             ("reasoning_content", &mut reasoning),
             ("content", &mut content),
