@@ -53,8 +53,8 @@ pub fn arguments_text(a: &Arguments) -> String {
 }
 
 /// A message in the OpenAI shape (`role`, `content`, `reasoning_content`, `tool_calls` with
-/// `id`, `type`, `function.name`, `function.arguments` as JSON text, `tool_call_id`, `name`),
-/// which [`Request::from_json`] reads back to the same message.
+/// `id`, `type`, `function.name`, `function.arguments` as JSON text and k3's `xtml_index`,
+/// `tool_call_id`, `name`), which [`Request::from_json`] reads back to the same message.
 pub fn message_json(m: &Message) -> Value {
     let mut o = Object::new().with("role", role_name(m.role));
     if let Some(n) = &m.name {
@@ -77,6 +77,9 @@ pub fn message_json(m: &Message) -> Value {
                     call.insert("id", id.as_str());
                 }
                 call.insert("type", "function");
+                if let Some(n) = c.index {
+                    call.insert("xtml_index", n);
+                }
                 call.insert(
                     "function",
                     Object::new()
@@ -326,7 +329,7 @@ mod tests {
             {"role": "assistant", "reasoning_content": "Call it.", "content": "",
              "tool_calls": [{"id": "call_1_1", "type": "function", "function": {"name": "w",
                "arguments": "{\"city\": \"Paris\", \"n\": [1, 2.5, null, true]}"}},
-               {"id": "call_1_2", "type": "function", "function": {"name": "w", "arguments": "not json"}}]},
+               {"id": "call_1_2", "type": "function", "xtml_index": 3, "function": {"name": "w", "arguments": "not json"}}]},
             {"role": "tool", "tool_call_id": "call_1_1", "name": "w", "content": "sunny"},
             {"role": "tool", "tool_call_id": "call_1_2", "name": "w", "content": "?"}
         ]"#;
