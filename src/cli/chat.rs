@@ -13,6 +13,7 @@ use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
+mod column;
 mod display;
 mod files;
 mod input;
@@ -227,6 +228,7 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         interactive,
         quiet,
         results: Vec::new(),
+        typed_ahead: false,
     };
     if flags.answer_first {
         chat.turn(&mut model, Vec::new())?;
@@ -234,9 +236,14 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     let stdin = std::io::stdin();
     let mut reader = Reader::new(stdin.lock());
     loop {
+        // a line typed ahead (complete before the prompt) was echoed before it: the answer
+        // then starts after the prompt, mid-row
+        chat.typed_ahead = interactive && crate::io::sys::stdin_ready();
         chat.prompt();
+        let mut ahead = chat.typed_ahead;
         let entry = match reader.next(&mut || {
             if interactive {
+                ahead = crate::io::sys::stdin_ready();
                 crate::say!("... ");
             }
         }) {
@@ -248,6 +255,7 @@ pub fn run(argv: &[OsString]) -> Result<()> {
             }
             Err(e) => return Err(e),
         };
+        chat.typed_ahead = ahead;
         if !chat.entry(&mut model, entry)? {
             break;
         }
@@ -268,6 +276,8 @@ struct Chat {
     quiet: bool,
     /// Results of the last reply's calls gathered so far.
     results: Vec<Message>,
+    /// The entry's last line was typed ahead of its prompt (the cursor is not at a row start).
+    typed_ahead: bool,
 }
 
 impl Chat {
@@ -381,7 +391,8 @@ impl Chat {
         input: Vec<Message>,
     ) -> Result<()> {
         crate::io::signal::take_interrupt();
-        self.display.start(self.conv.exchanges.len() + 1);
+        self.display
+            .start(self.conv.exchanges.len() + 1, !self.typed_ahead);
         let res = self
             .conv
             .send(&mut model.sess, &model.tok, input, &mut self.display);
