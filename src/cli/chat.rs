@@ -4,7 +4,9 @@
 //! ([`display`]) and keeps the files (`--history`, `/save`, `/load`: [`files`]).
 
 use super::args::{Args, Spec};
-use crate::chat::conversation::transcript::{parse_thinking, thinking_name};
+use crate::chat::conversation::transcript::{
+    history_command, history_start, parse_thinking, thinking_name, HistoryCommand,
+};
 use crate::chat::conversation::{tool_message, user_message, Conversation, ConversationOptions};
 use crate::chat::{Message, Request, Role};
 use crate::error::{Error, ErrorKind, Result};
@@ -81,8 +83,10 @@ usage: k3 chat <model_dir> [options]
   --max-reply N        ids per answer at most (default: until the end of turn or the context)
   --messages FILE      start from a conversation (an array of messages or a request body) and
                        answer it
-  --history FILE       append every message as a JSON line (role, content, reasoning,
-                       tool calls, ids, seconds)
+  --history FILE       append the chat as JSON lines, to replay it: its start (settings, the
+                       system prompt, the --messages), every message (role, content,
+                       reasoning, tool calls, ids, seconds, turn) and the commands that
+                       change it (/undo, /reset, /think, /load)
   --ctx N              positions of the conversation (default: the largest that fits, printed)
   --temperature T, --top-p P, --top-k K, --min-p M   sampling (default: generation_config.json,
                        else 1.0, 0.95, 0 off; min-p 0);  --seed S  (default: from the OS, printed)
@@ -230,6 +234,9 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         results: Vec::new(),
         typed_ahead: false,
     };
+    if let Some(h) = &mut chat.history {
+        h.lines(&history_start(&chat.conv, flags.max_reply))?;
+    }
     if flags.answer_first {
         chat.turn(&mut model, Vec::new())?;
     }
@@ -310,33 +317,32 @@ impl Chat {
                 self.conv.reset();
                 self.results.clear();
                 self.say("the conversation starts again from the system prompt");
-                Ok(())
+                self.record(HistoryCommand::Reset)
             }
-            Entry::Undo => {
-                self.results.clear();
-                if self.conv.undo()? {
-                    self.say(&format!(
-                        "undone: the conversation holds {} ids",
-                        self.conv.len()
-                    ));
-                } else {
-                    self.say("nothing to undo");
-                }
-                Ok(())
-            }
+            Entry::Undo => self.undo(),
             Entry::Think(arg) => self.think(model, &arg),
             Entry::Save(path) => files::save(&self.conv, model, &path).map(|()| {
                 self.say(&format!(
                     "saved {path} (state) and {path}.json (transcript)"
                 ));
             }),
-            Entry::Load(path) => files::load(model, &self.conv.opts, &path).map(|c| {
+            Entry::Load(path) => files::load(model, &self.conv.opts, &path).and_then(|c| {
                 self.conv = c;
                 self.results.clear();
+                let s = &self.conv.opts.settings;
+                // the saved settings replace this chat's: say what the chat now runs with
                 self.say(&format!(
-                    "loaded {path}: the conversation holds {} ids",
-                    self.conv.len()
+                    "loaded {path}: the conversation holds {} ids; restored thinking {}, \
+                     temperature {}, top-p {}, top-k {}, min-p {}, seed {}",
+                    self.conv.len(),
+                    thinking_name(self.conv.req.thinking),
+                    s.temperature,
+                    s.top_p,
+                    s.top_k,
+                    s.min_p,
+                    s.seed
                 ));
+                self.record(HistoryCommand::Load(&path))
             }),
             Entry::Stats => {
                 crate::say!("{}", files::stats(&self.conv));
@@ -360,6 +366,29 @@ impl Chat {
                 Err(Error::invalid(e.message))
             }
             Err(e) => Err(e),
+        }
+    }
+
+    /// `/undo`, and its history line.
+    fn undo(&mut self) -> Result<()> {
+        self.results.clear();
+        let turn = self.conv.exchanges.len();
+        if !self.conv.undo()? {
+            self.say("nothing to undo");
+            return Ok(());
+        }
+        self.say(&format!(
+            "undone: the conversation holds {} ids",
+            self.conv.len()
+        ));
+        self.record(HistoryCommand::Undo { turn })
+    }
+
+    /// Appends the `--history` line of a command that changed the conversation.
+    fn record(&mut self, command: HistoryCommand<'_>) -> Result<()> {
+        match &mut self.history {
+            Some(h) => h.lines(&[history_command(command, &self.conv)]),
+            None => Ok(()),
         }
     }
 
@@ -411,7 +440,7 @@ impl Chat {
             );
         }
         if let Some(h) = &mut self.history {
-            h.append(x)?;
+            h.append(x, self.conv.exchanges.len())?;
         }
         self.display.take_failure()
     }
@@ -425,6 +454,7 @@ impl Chat {
         })?;
         self.results.clear();
         let n = self.conv.set_thinking(&model.tok, t)?;
+        self.record(HistoryCommand::Think(t))?;
         if n > 0 {
             self.say(&format!(
                 "thinking {}: the conversation ({n} ids) is encoded again and prefilled again at the next turn",

@@ -134,6 +134,7 @@ fn ctrl_c_stops_the_answer_and_the_next_turn_closes_it() {
         .unwrap()
         .lines()
         .map(|l| k3::json::parse(l.as_bytes()).unwrap())
+        .filter(|l| l.get("turn").is_some() && l.get("command").is_none())
         .collect();
     let first = &lines[1];
     assert_eq!(
