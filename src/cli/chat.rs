@@ -76,7 +76,8 @@ usage: k3 chat <model_dir> [options]
   A conversation in the model's chat template (docs/cli.md#k3-chat): each turn prefills only
   its new ids. On a terminal type messages (/help for the commands, Ctrl-D leaves); from a
   pipe every line is a message, answered in turn, and k3 exits at the end of input.
-  --system TEXT | --system-file PATH   the system prompt
+  --system TEXT | --system-file PATH   the system prompt (a file's last line ending is
+                       dropped: an editor ends a file with one)
   --tools FILE         a JSON array of tools; the model's calls are printed as JSON lines and
                        the next line (or /result FILE) is the tool's result
   --thinking EFFORT|off   thinking effort low, high or max (default max), or off
@@ -108,25 +109,7 @@ struct ChatFlags {
 /// Reads `--system`/`--system-file`, `--messages`, `--tools`, `--thinking`, `--max-reply`
 /// and `--history` (exit 2 naming the flag, the file, the message index and field).
 fn chat_flags(a: &Args) -> Result<ChatFlags> {
-    if a.value_os("system").is_some() && a.value_os("system-file").is_some() {
-        return Err(Error::invalid(
-            "flags `--system` and `--system-file`: give one system prompt",
-        ));
-    }
-    let system = match a.value_os("system-file") {
-        Some(p) => {
-            let p = PathBuf::from(p);
-            let bytes = super::tokenize::read_file(&p)?;
-            Some(String::from_utf8(bytes).map_err(|e| {
-                Error::invalid(format!(
-                    "flag `--system-file {}`: not UTF-8 (invalid byte at offset {})",
-                    p.display(),
-                    e.utf8_error().valid_up_to()
-                ))
-            })?)
-        }
-        None => a.value("system")?,
-    };
+    let system = system_prompt(a)?;
     let messages = a.value_os("messages").map(PathBuf::from);
     let mut req = match &messages {
         Some(p) => {
@@ -145,7 +128,21 @@ fn chat_flags(a: &Args) -> Result<ChatFlags> {
         }
         None => Request::from_json(&Value::Array(Vec::new()))?,
     };
-    if let Some(s) = system {
+    if let (Some((flag, _)), Some(p)) = (&system, &messages) {
+        // two system prompts would both reach the model: say which to keep
+        let own = req
+            .messages
+            .iter()
+            .position(|m| matches!(m.role, Role::System | Role::Developer) && m.content.is_some());
+        if let Some(k) = own {
+            return Err(Error::invalid(format!(
+                "flags `{flag}` and `--messages {}`: the file has its own system message \
+                 (messages[{k}]); give one system prompt (leave out `{flag}`, or that message)",
+                p.display()
+            )));
+        }
+    }
+    if let Some((_, s)) = system {
         req.messages.insert(0, system_message(&s));
     }
     if let Some(p) = a.value_os("tools").map(PathBuf::from) {
@@ -175,6 +172,35 @@ fn chat_flags(a: &Args) -> Result<ChatFlags> {
         history,
         answer_first: messages.is_some(),
     })
+}
+
+/// `--system TEXT` or `--system-file PATH` (one line ending stripped: an editor ends a file
+/// with one) with the flag's name, or None.
+///
+/// Errors (exit 2): both flags; an unreadable or non-UTF-8 file (naming it).
+fn system_prompt(a: &Args) -> Result<Option<(&'static str, String)>> {
+    if a.value_os("system").is_some() && a.value_os("system-file").is_some() {
+        return Err(Error::invalid(
+            "flags `--system` and `--system-file`: give one system prompt",
+        ));
+    }
+    let Some(p) = a.value_os("system-file") else {
+        return Ok(a.value("system")?.map(|s| ("--system", s)));
+    };
+    let p = PathBuf::from(p);
+    let bytes = super::tokenize::read_file(&p)?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        Error::invalid(format!(
+            "flag `--system-file {}`: not UTF-8 (invalid byte at offset {})",
+            p.display(),
+            e.utf8_error().valid_up_to()
+        ))
+    })?;
+    let text = match text.strip_suffix('\n') {
+        Some(t) => t.strip_suffix('\r').unwrap_or(t).to_string(),
+        None => text,
+    };
+    Ok(Some(("--system-file", text)))
 }
 
 fn system_message(text: &str) -> Message {

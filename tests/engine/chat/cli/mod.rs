@@ -5,6 +5,7 @@
 //! bad input named and refused.
 
 mod commands;
+mod flags;
 mod refusals;
 mod replies;
 mod session;
