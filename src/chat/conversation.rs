@@ -470,7 +470,8 @@ impl Conversation {
 }
 
 /// The reply's events → an assistant message (reasoning, content, tool calls with the id
-/// `call_<exchange>_<index>`) and the warnings.
+/// `call_<exchange>_<index>` and the number the model wrote, [`ToolCall::index`]) and the
+/// warnings.
 fn reply_message(events: Vec<ReplyEvent>, exchange: usize) -> (Message, Vec<String>) {
     let mut reasoning = String::new();
     let mut content = String::new();
@@ -498,6 +499,8 @@ fn reply_message(events: Vec<ReplyEvent>, exchange: usize) -> (Message, Vec<Stri
                     id: Some(call_id(exchange, index)),
                     name,
                     arguments: args,
+                    // the model's number: its result is rendered with it (ReplyParser)
+                    index: Some(index),
                 });
             }
             ReplyEvent::Warning(w) => warnings.push(w),
@@ -528,7 +531,8 @@ fn complete_partial(reply: &mut Message, p: Message) {
     reply.name = p.name;
 }
 
-/// The id of call `index` (1-based) of exchange `exchange` (1-based): `call_<x>_<i>`.
+/// The id of call `index` (the model's number for it, [`ReplyEvent::ToolCallStart`]) of
+/// exchange `exchange` (1-based): `call_<x>_<i>`.
 pub fn call_id(exchange: usize, index: usize) -> String {
     format!("call_{exchange}_{index}")
 }

@@ -39,6 +39,13 @@ pub struct ToolCall {
     pub name: String,
     /// The arguments.
     pub arguments: Arguments,
+    /// The call's `index` in the template when it is not its position (TOKENIZER.md §10):
+    /// the number the model wrote for a call `k3 chat` read from its reply (after a malformed
+    /// call, the valid call `index="2"` is the reply's only call but keeps its 2), so that
+    /// the conversation renders the call and its result with the number the model's ids
+    /// hold. JSON: `xtml_index` (k3's own key, written by `k3 chat`; OpenAI's `index` is a
+    /// 0-based position in a stream and is not read). `None`: the 1-based position.
+    pub index: Option<usize>,
 }
 
 /// One validated message.
@@ -328,17 +335,53 @@ fn tool_calls(m: &Object, at: &str) -> Result<Vec<ToolCall>> {
             .ok_or_else(|| bad(&name_field, "missing (a tool call needs its function name)"))?;
         check_tool_name(name, &name_field)?;
         let arguments = arguments(function.get("arguments"), &format!("{prefix}.arguments"))?;
-        let id = match call.as_object() {
-            Some(c) => opt_str(c, "id", &at)?,
-            None => None,
+        let (id, index) = match call.as_object() {
+            Some(c) => (opt_str(c, "id", &at)?, xtml_index(c, &at)?),
+            None => (None, None),
         };
+        if let Some(n) = index {
+            if let Some(k) = out.iter().position(|c: &ToolCall| c.index == Some(n)) {
+                return Err(bad(
+                    &format!("{at}.xtml_index"),
+                    format!("{n} is already the index of tool_calls[{k}]"),
+                ));
+            }
+        }
         out.push(ToolCall {
             id,
             name: name.to_string(),
             arguments,
+            index,
         });
     }
     Ok(out)
+}
+
+/// A call's `xtml_index` ([`ToolCall::index`]): absent or null is `None`.
+///
+/// Errors: anything but an integer from 1 to 2^32 − 1, naming `{at}.xtml_index`.
+fn xtml_index(c: &Object, at: &str) -> Result<Option<usize>> {
+    match present(Some(c), "xtml_index") {
+        None => Ok(None),
+        Some(v) => v
+            .as_number()
+            .and_then(|n| n.as_u64())
+            .filter(|n| (1..=u64::from(u32::MAX)).contains(n))
+            .map(|n| Some(n as usize))
+            .ok_or_else(|| {
+                bad(
+                    &format!("{at}.xtml_index"),
+                    format!(
+                        "expected an integer from 1 to {}, found {}",
+                        u32::MAX,
+                        match v {
+                            Value::Number(n) => n.quoted(),
+                            _ => v.type_name().to_string(),
+                        }
+                    ),
+                )
+            }),
+    }
 }
 
 /// TOKENIZER.md §10 "Arguments": an object; a string parsing to an object; a blank string

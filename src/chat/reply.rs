@@ -17,16 +17,17 @@ pub enum ReplyEvent {
     Reasoning(String),
     /// Text of the response channel (`content`), and malformed markup surfaced as text.
     Content(String),
-    /// A call opened: its 1-based position in the reply and its `tool` attribute.
+    /// A call opened: its number in the reply ([`ReplyParser`] "Call numbers") and its
+    /// `tool` attribute.
     ToolCallStart {
-        /// 1-based position of the call in this reply.
+        /// The call's number: the `index` the model wrote for it (1-based).
         index: usize,
         /// The function name.
         name: String,
     },
     /// One argument of the call `index`: its key and its value as JSON text.
     ToolCallArgument {
-        /// The call's position.
+        /// The call's number.
         index: usize,
         /// The argument key.
         key: String,
@@ -35,7 +36,7 @@ pub enum ReplyEvent {
     },
     /// The call `index` closed: its arguments as one compact JSON object.
     ToolCallEnd {
-        /// The call's position.
+        /// The call's number.
         index: usize,
         /// The arguments object.
         arguments: String,
@@ -72,6 +73,10 @@ enum Header {
 /// A call being read: emitted whole at close(`call`).
 #[derive(Debug, Default)]
 struct Call {
+    /// The `index` attribute the model wrote, when it is a positive integer.
+    written: Option<usize>,
+    /// Its position among the calls the reply opened (1-based, malformed ones counted).
+    position: usize,
     name: String,
     args: Vec<(String, Value)>,
     key: String,
@@ -83,12 +88,24 @@ struct Call {
 /// The streaming reply parser. Feed ids with [`ReplyParser::push`], then call
 /// [`ReplyParser::finish`] once; the events of one id at a time and of all ids at once are
 /// the same up to how adjacent texts are split.
+///
+/// Call numbers: a call is numbered by the `index` attribute the model wrote for it, so that
+/// its result, sent back with that index (TOKENIZER.md §10 "tool result"), answers the call
+/// the model made even when an earlier call was malformed and surfaced as content (calls
+/// `index="1"` malformed and `index="2"` valid: the valid one is number 2, not 1). When the
+/// attribute is missing, not a positive integer, or the number of an earlier call of the
+/// reply, the call takes its position among the calls the reply opened (malformed ones
+/// counted), raised past every number already given: numbers are unique within a reply, and
+/// for a model that numbers its calls 1, 2, … as the template does they are those numbers.
 #[derive(Debug)]
 pub struct ReplyParser {
     state: State,
     header: Option<(Header, Vec<u8>)>,
     call: Option<Call>,
-    calls: usize,
+    /// `open(call)` tags read (malformed calls included).
+    opened: usize,
+    /// The numbers given to the calls emitted so far.
+    numbers: Vec<usize>,
     decoder: StreamDecoder,
     /// Whether the decoder currently holds reasoning (true) or content bytes.
     reasoning: bool,
@@ -107,7 +124,8 @@ impl ReplyParser {
             },
             header: None,
             call: None,
-            calls: 0,
+            opened: 0,
+            numbers: Vec::new(),
             decoder: StreamDecoder::new(),
             reasoning: thinking,
         }
@@ -341,17 +359,22 @@ impl ReplyParser {
             (Header::Open, "tools", State::AfterResponse) => State::Tools,
             (Header::Close, "tools", State::Tools) => State::AfterResponse,
             (Header::Close, "message", State::AfterResponse) => State::AfterMessage,
-            (Header::Open, "call", State::Tools) => match attr("tool").filter(|t| !t.is_empty()) {
-                Some(name) => {
-                    self.call = Some(Call {
-                        name,
-                        raw: raw.clone(),
-                        ..Call::default()
-                    });
-                    State::Call
+            (Header::Open, "call", State::Tools) => {
+                self.opened += 1;
+                match attr("tool").filter(|t| !t.is_empty()) {
+                    Some(name) => {
+                        self.call = Some(Call {
+                            written: attr("index").as_deref().and_then(positive),
+                            position: self.opened,
+                            name,
+                            raw: raw.clone(),
+                            ..Call::default()
+                        });
+                        State::Call
+                    }
+                    None => return self.malformed(raw, "a call without a tool name", out),
                 }
-                None => return self.malformed(raw, "a call without a tool name", out),
-            },
+            }
             (Header::Close, "call", State::Call) => return self.end_call(raw, out),
             (Header::Open, "argument", State::Call) if self.call.is_some() => {
                 let (Some(key), Some(t)) = (attr("key"), attr("type")) else {
@@ -418,8 +441,14 @@ impl ReplyParser {
             self.emit(false, &raw, out);
             return;
         };
-        self.calls += 1;
-        let index = self.calls;
+        let index = match call.written {
+            Some(n) if !self.numbers.contains(&n) => n,
+            _ => {
+                let past = self.numbers.iter().max().map_or(1, |m| m + 1);
+                call.position.max(past)
+            }
+        };
+        self.numbers.push(index);
         out.push(ReplyEvent::ToolCallStart {
             index,
             name: call.name,
@@ -452,6 +481,14 @@ pub fn coalesce(events: Vec<ReplyEvent>) -> Vec<ReplyEvent> {
         }
     }
     out
+}
+
+/// A positive decimal integer (an `index` attribute), else `None`.
+fn positive(s: &str) -> Option<usize> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok().filter(|&n| n > 0)
 }
 
 fn type_matches(t: &str, v: &Value) -> bool {

@@ -125,7 +125,7 @@ pub fn render(req: &Request, generation_prompt: bool) -> Result<Vec<Segment>> {
     };
     let mut previous: &[ToolCall] = &[];
     let mut tool_index = 0usize;
-    for (i, m, call_name) in ordered(history) {
+    for (i, m, answered) in ordered(history) {
         match m.role {
             Role::System | Role::Developer if m.tools.is_some() => {
                 let tools = m.tools.as_ref().unwrap_or(&Value::Null);
@@ -149,12 +149,18 @@ pub fn render(req: &Request, generation_prompt: bool) -> Result<Vec<Segment>> {
             Role::Tool => {
                 tool_index += 1;
                 let fallback = previous.get(tool_index - 1).map(|c| c.name.as_str());
+                let call_name = answered.map(|c| c.name.as_str());
                 let name = call_name.or(m.tool.as_deref()).or(fallback).ok_or_else(|| {
                     Error::invalid(format!(
                         "messages[{i}].tool: a tool result needs `tool`/`name` or a preceding assistant tool call"
                     ))
                 })?;
-                let index = tool_index.to_string();
+                // the reference counts the results; a call that keeps the model's own number
+                // (`k3 chat`, ToolCall::index) gives its result that number
+                let index = answered
+                    .and_then(|c| c.index)
+                    .unwrap_or(tool_index)
+                    .to_string();
                 out.open(
                     "message",
                     &[("role", "tool"), ("tool", name), ("index", &index)],
@@ -217,7 +223,7 @@ fn assistant(out: &mut Out, m: &Message, thinking: bool, i: usize) -> Result<()>
     if !m.tool_calls.is_empty() {
         out.open("tools", &[]);
         for (j, call) in m.tool_calls.iter().enumerate() {
-            let index = (j + 1).to_string();
+            let index = call.index.unwrap_or(j + 1).to_string();
             out.open("call", &[("tool", &call.name), ("index", &index)]);
             match &call.arguments {
                 Arguments::Raw(raw) => {
@@ -299,9 +305,9 @@ fn tool_choice_and_format(out: &mut Out, req: &Request) -> Result<()> {
 
 /// The messages in rendering order with their original index (TOKENIZER.md §10 "Tool
 /// results"): a run of tool results whose every `tool_call_id` names a call of the latest
-/// assistant message is put in the calls' order, each taking the call's name; otherwise the
-/// run keeps arrival order.
-fn ordered(messages: &[Message]) -> Vec<(usize, &Message, Option<&str>)> {
+/// assistant message is put in the calls' order, each with the call it answers (its name
+/// and number); otherwise the run keeps arrival order.
+fn ordered(messages: &[Message]) -> Vec<(usize, &Message, Option<&ToolCall>)> {
     let mut out = Vec::with_capacity(messages.len());
     let mut calls: &[ToolCall] = &[];
     let mut i = 0;
@@ -336,7 +342,7 @@ fn ordered(messages: &[Message]) -> Vec<(usize, &Message, Option<&str>)> {
                 run.sort_unstable();
                 out.extend(
                     run.into_iter()
-                        .map(|(p, k)| (k, &messages[k], Some(calls[p].name.as_str()))),
+                        .map(|(p, k)| (k, &messages[k], Some(&calls[p]))),
                 );
             }
             None => out.extend((start..i).map(|k| (k, &messages[k], None))),

@@ -4,7 +4,9 @@
 //! ([`display`]) and keeps the files (`--history`, `/save`, `/load`: [`files`]).
 
 use super::args::{Args, Spec};
-use crate::chat::conversation::transcript::{parse_thinking, thinking_name};
+use crate::chat::conversation::transcript::{
+    history_command, history_start, parse_thinking, thinking_name, HistoryCommand,
+};
 use crate::chat::conversation::{tool_message, user_message, Conversation, ConversationOptions};
 use crate::chat::{Message, Request, Role};
 use crate::error::{Error, ErrorKind, Result};
@@ -13,6 +15,7 @@ use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
+mod column;
 mod display;
 mod files;
 mod input;
@@ -73,15 +76,18 @@ usage: k3 chat <model_dir> [options]
   A conversation in the model's chat template (docs/cli.md#k3-chat): each turn prefills only
   its new ids. On a terminal type messages (/help for the commands, Ctrl-D leaves); from a
   pipe every line is a message, answered in turn, and k3 exits at the end of input.
-  --system TEXT | --system-file PATH   the system prompt
+  --system TEXT | --system-file PATH   the system prompt (a file's last line ending is
+                       dropped: an editor ends a file with one)
   --tools FILE         a JSON array of tools; the model's calls are printed as JSON lines and
                        the next line (or /result FILE) is the tool's result
   --thinking EFFORT|off   thinking effort low, high or max (default max), or off
   --max-reply N        ids per answer at most (default: until the end of turn or the context)
   --messages FILE      start from a conversation (an array of messages or a request body) and
                        answer it
-  --history FILE       append every message as a JSON line (role, content, reasoning,
-                       tool calls, ids, seconds)
+  --history FILE       append the chat as JSON lines, to replay it: its start (settings, the
+                       system prompt, the --messages), every message (role, content,
+                       reasoning, tool calls, ids, seconds, turn) and the commands that
+                       change it (/undo, /reset, /think, /load)
   --ctx N              positions of the conversation (default: the largest that fits, printed)
   --temperature T, --top-p P, --top-k K, --min-p M   sampling (default: generation_config.json,
                        else 1.0, 0.95, 0 off; min-p 0);  --seed S  (default: from the OS, printed)
@@ -103,25 +109,7 @@ struct ChatFlags {
 /// Reads `--system`/`--system-file`, `--messages`, `--tools`, `--thinking`, `--max-reply`
 /// and `--history` (exit 2 naming the flag, the file, the message index and field).
 fn chat_flags(a: &Args) -> Result<ChatFlags> {
-    if a.value_os("system").is_some() && a.value_os("system-file").is_some() {
-        return Err(Error::invalid(
-            "flags `--system` and `--system-file`: give one system prompt",
-        ));
-    }
-    let system = match a.value_os("system-file") {
-        Some(p) => {
-            let p = PathBuf::from(p);
-            let bytes = super::tokenize::read_file(&p)?;
-            Some(String::from_utf8(bytes).map_err(|e| {
-                Error::invalid(format!(
-                    "flag `--system-file {}`: not UTF-8 (invalid byte at offset {})",
-                    p.display(),
-                    e.utf8_error().valid_up_to()
-                ))
-            })?)
-        }
-        None => a.value("system")?,
-    };
+    let system = system_prompt(a)?;
     let messages = a.value_os("messages").map(PathBuf::from);
     let mut req = match &messages {
         Some(p) => {
@@ -140,7 +128,21 @@ fn chat_flags(a: &Args) -> Result<ChatFlags> {
         }
         None => Request::from_json(&Value::Array(Vec::new()))?,
     };
-    if let Some(s) = system {
+    if let (Some((flag, _)), Some(p)) = (&system, &messages) {
+        // two system prompts would both reach the model: say which to keep
+        let own = req
+            .messages
+            .iter()
+            .position(|m| matches!(m.role, Role::System | Role::Developer) && m.content.is_some());
+        if let Some(k) = own {
+            return Err(Error::invalid(format!(
+                "flags `{flag}` and `--messages {}`: the file has its own system message \
+                 (messages[{k}]); give one system prompt (leave out `{flag}`, or that message)",
+                p.display()
+            )));
+        }
+    }
+    if let Some((_, s)) = system {
         req.messages.insert(0, system_message(&s));
     }
     if let Some(p) = a.value_os("tools").map(PathBuf::from) {
@@ -170,6 +172,35 @@ fn chat_flags(a: &Args) -> Result<ChatFlags> {
         history,
         answer_first: messages.is_some(),
     })
+}
+
+/// `--system TEXT` or `--system-file PATH` (one line ending stripped: an editor ends a file
+/// with one) with the flag's name, or None.
+///
+/// Errors (exit 2): both flags; an unreadable or non-UTF-8 file (naming it).
+fn system_prompt(a: &Args) -> Result<Option<(&'static str, String)>> {
+    if a.value_os("system").is_some() && a.value_os("system-file").is_some() {
+        return Err(Error::invalid(
+            "flags `--system` and `--system-file`: give one system prompt",
+        ));
+    }
+    let Some(p) = a.value_os("system-file") else {
+        return Ok(a.value("system")?.map(|s| ("--system", s)));
+    };
+    let p = PathBuf::from(p);
+    let bytes = super::tokenize::read_file(&p)?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        Error::invalid(format!(
+            "flag `--system-file {}`: not UTF-8 (invalid byte at offset {})",
+            p.display(),
+            e.utf8_error().valid_up_to()
+        ))
+    })?;
+    let text = match text.strip_suffix('\n') {
+        Some(t) => t.strip_suffix('\r').unwrap_or(t).to_string(),
+        None => text,
+    };
+    Ok(Some(("--system-file", text)))
 }
 
 fn system_message(text: &str) -> Message {
@@ -227,16 +258,25 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         interactive,
         quiet,
         results: Vec::new(),
+        typed_ahead: false,
     };
+    if let Some(h) = &mut chat.history {
+        h.lines(&history_start(&chat.conv, flags.max_reply))?;
+    }
     if flags.answer_first {
         chat.turn(&mut model, Vec::new())?;
     }
     let stdin = std::io::stdin();
     let mut reader = Reader::new(stdin.lock());
     loop {
+        // a line typed ahead (complete before the prompt) was echoed before it: the answer
+        // then starts after the prompt, mid-row
+        chat.typed_ahead = interactive && crate::io::sys::stdin_ready();
         chat.prompt();
+        let mut ahead = chat.typed_ahead;
         let entry = match reader.next(&mut || {
             if interactive {
+                ahead = crate::io::sys::stdin_ready();
                 crate::say!("... ");
             }
         }) {
@@ -248,6 +288,7 @@ pub fn run(argv: &[OsString]) -> Result<()> {
             }
             Err(e) => return Err(e),
         };
+        chat.typed_ahead = ahead;
         if !chat.entry(&mut model, entry)? {
             break;
         }
@@ -268,6 +309,8 @@ struct Chat {
     quiet: bool,
     /// Results of the last reply's calls gathered so far.
     results: Vec<Message>,
+    /// The entry's last line was typed ahead of its prompt (the cursor is not at a row start).
+    typed_ahead: bool,
 }
 
 impl Chat {
@@ -300,33 +343,32 @@ impl Chat {
                 self.conv.reset();
                 self.results.clear();
                 self.say("the conversation starts again from the system prompt");
-                Ok(())
+                self.record(HistoryCommand::Reset)
             }
-            Entry::Undo => {
-                self.results.clear();
-                if self.conv.undo()? {
-                    self.say(&format!(
-                        "undone: the conversation holds {} ids",
-                        self.conv.len()
-                    ));
-                } else {
-                    self.say("nothing to undo");
-                }
-                Ok(())
-            }
+            Entry::Undo => self.undo(),
             Entry::Think(arg) => self.think(model, &arg),
             Entry::Save(path) => files::save(&self.conv, model, &path).map(|()| {
                 self.say(&format!(
                     "saved {path} (state) and {path}.json (transcript)"
                 ));
             }),
-            Entry::Load(path) => files::load(model, &self.conv.opts, &path).map(|c| {
+            Entry::Load(path) => files::load(model, &self.conv.opts, &path).and_then(|c| {
                 self.conv = c;
                 self.results.clear();
+                let s = &self.conv.opts.settings;
+                // the saved settings replace this chat's: say what the chat now runs with
                 self.say(&format!(
-                    "loaded {path}: the conversation holds {} ids",
-                    self.conv.len()
+                    "loaded {path}: the conversation holds {} ids; restored thinking {}, \
+                     temperature {}, top-p {}, top-k {}, min-p {}, seed {}",
+                    self.conv.len(),
+                    thinking_name(self.conv.req.thinking),
+                    s.temperature,
+                    s.top_p,
+                    s.top_k,
+                    s.min_p,
+                    s.seed
                 ));
+                self.record(HistoryCommand::Load(&path))
             }),
             Entry::Stats => {
                 crate::say!("{}", files::stats(&self.conv));
@@ -350,6 +392,29 @@ impl Chat {
                 Err(Error::invalid(e.message))
             }
             Err(e) => Err(e),
+        }
+    }
+
+    /// `/undo`, and its history line.
+    fn undo(&mut self) -> Result<()> {
+        self.results.clear();
+        let turn = self.conv.exchanges.len();
+        if !self.conv.undo()? {
+            self.say("nothing to undo");
+            return Ok(());
+        }
+        self.say(&format!(
+            "undone: the conversation holds {} ids",
+            self.conv.len()
+        ));
+        self.record(HistoryCommand::Undo { turn })
+    }
+
+    /// Appends the `--history` line of a command that changed the conversation.
+    fn record(&mut self, command: HistoryCommand<'_>) -> Result<()> {
+        match &mut self.history {
+            Some(h) => h.lines(&[history_command(command, &self.conv)]),
+            None => Ok(()),
         }
     }
 
@@ -381,7 +446,8 @@ impl Chat {
         input: Vec<Message>,
     ) -> Result<()> {
         crate::io::signal::take_interrupt();
-        self.display.start(self.conv.exchanges.len() + 1);
+        self.display
+            .start(self.conv.exchanges.len() + 1, !self.typed_ahead);
         let res = self
             .conv
             .send(&mut model.sess, &model.tok, input, &mut self.display);
@@ -400,7 +466,7 @@ impl Chat {
             );
         }
         if let Some(h) = &mut self.history {
-            h.append(x)?;
+            h.append(x, self.conv.exchanges.len())?;
         }
         self.display.take_failure()
     }
@@ -414,6 +480,7 @@ impl Chat {
         })?;
         self.results.clear();
         let n = self.conv.set_thinking(&model.tok, t)?;
+        self.record(HistoryCommand::Think(t))?;
         if n > 0 {
             self.say(&format!(
                 "thinking {}: the conversation ({n} ids) is encoded again and prefilled again at the next turn",

@@ -378,6 +378,46 @@ pub fn stdout_is_terminal() -> bool {
     std::io::stdout().is_terminal()
 }
 
+/// The width in columns of the terminal on standard error, when it is one and says (a
+/// pseudo-terminal nobody sized answers 0: `None`). For the chat's live line, which must
+/// know where the text wraps.
+pub fn stderr_columns() -> Option<usize> {
+    #[cfg(unix)]
+    {
+        // SAFETY: `winsize` is plain old data; an all-zero value is valid and ioctl fills it.
+        let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+        // SAFETY: TIOCGWINSZ writes one `winsize` into the live out-value `ws`; fd 2 is checked
+        // by the kernel (a non-terminal fails with ENOTTY).
+        let rc = unsafe { libc::ioctl(2, libc::TIOCGWINSZ, &mut ws) };
+        (rc == 0 && ws.ws_col > 0).then_some(usize::from(ws.ws_col))
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
+/// True when standard input has data to read now (on a terminal in canonical mode: a whole
+/// line typed). For the chat: a line typed before its prompt was echoed before it, so after
+/// the prompt the cursor is not at the start of a row.
+pub fn stdin_ready() -> bool {
+    #[cfg(unix)]
+    {
+        let mut p = libc::pollfd {
+            fd: 0,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one live `pollfd`, count 1; timeout 0: poll only reports, never waits.
+        let rc = unsafe { libc::poll(&mut p, 1, 0) };
+        rc > 0 && p.revents & libc::POLLIN != 0
+    }
+    #[cfg(not(unix))]
+    {
+        false
+    }
+}
+
 /// True if standard output and standard error are the same open file (the same terminal,
 /// or `> log 2>&1`): `fstat` device and inode of fds 1 and 2 agree. Then the report must not
 /// break into the generated text (ENGINE.md §6). False when either cannot be asked.

@@ -1,6 +1,7 @@
-//! The conversation as JSON: a message in the OpenAI shape, one `--history` line per
-//! message, and the `/save` transcript (system prompt, tools, thinking, sampler settings,
-//! seed, messages, the closing ids pending) that `/load` reads back next to the state file.
+//! The conversation as JSON: a message in the OpenAI shape, the `--history` lines (one per
+//! message, and one per command that changes the conversation, so that it can be replayed),
+//! and the `/save` transcript (system prompt, tools, thinking, sampler settings, seed,
+//! messages, the closing ids pending) that `/load` reads back next to the state file.
 
 use super::{Conversation, Exchange};
 use crate::chat::message::{Arguments, Message, Role};
@@ -53,8 +54,8 @@ pub fn arguments_text(a: &Arguments) -> String {
 }
 
 /// A message in the OpenAI shape (`role`, `content`, `reasoning_content`, `tool_calls` with
-/// `id`, `type`, `function.name`, `function.arguments` as JSON text, `tool_call_id`, `name`),
-/// which [`Request::from_json`] reads back to the same message.
+/// `id`, `type`, `function.name`, `function.arguments` as JSON text and k3's `xtml_index`,
+/// `tool_call_id`, `name`), which [`Request::from_json`] reads back to the same message.
 pub fn message_json(m: &Message) -> Value {
     let mut o = Object::new().with("role", role_name(m.role));
     if let Some(n) = &m.name {
@@ -77,6 +78,9 @@ pub fn message_json(m: &Message) -> Value {
                     call.insert("id", id.as_str());
                 }
                 call.insert("type", "function");
+                if let Some(n) = c.index {
+                    call.insert("xtml_index", n);
+                }
                 call.insert(
                     "function",
                     Object::new()
@@ -96,6 +100,9 @@ pub fn message_json(m: &Message) -> Value {
             o.insert("name", t.as_str());
         }
     }
+    if m.partial {
+        o.insert("partial", true);
+    }
     if let Some(t) = &m.tools {
         o.insert("tools", t.clone());
     }
@@ -106,14 +113,78 @@ fn ids_json(ids: &[u32]) -> Value {
     Value::Array(ids.iter().map(|&i| Value::from(i)).collect())
 }
 
-/// The `--history` lines of one exchange (JSON objects, one per line): each input message
-/// with `ids` (the turn's input ids on its first message), then the reply with `ids` (as
-/// generated), `seconds`, `prefilled`, `stop_reason`, `closing_ids` and `logits_fnv1a64`
-/// (hex per reply id).
-pub fn history_lines(x: &Exchange) -> Vec<String> {
+/// The `--history` lines that start a chat: `{"command": "chat"}` with `thinking`, `tools`,
+/// `sampler`, `seed`, `ctx` and `max_reply` (null: none), then each message the
+/// conversation starts from (the system prompt, or a `--messages` file's messages) as
+/// [`message_json`] writes it.
+pub fn history_start(conv: &Conversation, max_reply: Option<u64>) -> Vec<String> {
+    let s = &conv.opts.settings;
+    let start = Object::new()
+        .with("command", "chat")
+        .with("thinking", thinking_name(conv.req.thinking))
+        .with("tools", conv.req.tools.clone().unwrap_or(Value::Null))
+        .with("sampler", sampler_json(s))
+        .with("seed", s.seed)
+        .with("ctx", conv.opts.ctx)
+        .with("max_reply", max_reply.map_or(Value::Null, Value::from));
+    let mut lines = vec![Value::Object(start).to_json()];
+    lines.extend(conv.req.messages.iter().map(|m| message_json(m).to_json()));
+    lines
+}
+
+/// A command that changed the conversation, for its `--history` line.
+#[derive(Debug, Clone, Copy)]
+pub enum HistoryCommand<'a> {
+    /// `/undo` dropped the exchange of turn `turn` (its lines stand before this one).
+    Undo {
+        /// The turn undone (1-based, as its lines' `turn`).
+        turn: usize,
+    },
+    /// `/reset`: back to the messages the chat started from.
+    Reset,
+    /// `/think`: the thinking changed; the conversation is encoded again.
+    Think(Thinking),
+    /// `/load FILE`: the conversation is now the loaded one.
+    Load(&'a str),
+}
+
+/// The `--history` line of `command`, applied to `conv` (after it): `{"command": "undo",
+/// "turn"}`, `{"command": "reset"}`, `{"command": "think", "thinking"}`, or `{"command":
+/// "load", "file", "thinking", "tools", "sampler", "seed", "messages", "base_messages"}`
+/// (the conversation loaded, the turns after it numbered from 1 again).
+pub fn history_command(command: HistoryCommand<'_>, conv: &Conversation) -> String {
+    let o = match command {
+        HistoryCommand::Undo { turn } => Object::new().with("command", "undo").with("turn", turn),
+        HistoryCommand::Reset => Object::new().with("command", "reset"),
+        HistoryCommand::Think(t) => Object::new()
+            .with("command", "think")
+            .with("thinking", thinking_name(t)),
+        HistoryCommand::Load(file) => Object::new()
+            .with("command", "load")
+            .with("file", file)
+            .with("thinking", thinking_name(conv.req.thinking))
+            .with("tools", conv.req.tools.clone().unwrap_or(Value::Null))
+            .with("sampler", sampler_json(&conv.opts.settings))
+            .with("seed", conv.opts.settings.seed)
+            .with(
+                "messages",
+                Value::Array(conv.req.messages.iter().map(message_json).collect()),
+            )
+            .with("base_messages", conv.base_messages),
+    };
+    Value::Object(o).to_json()
+}
+
+/// The `--history` lines of exchange `turn` (JSON objects, one per line, each with `turn`):
+/// each input message with `ids` (the turn's input ids on its first message; a turn without
+/// input, the first of a `--messages` file, has the line `{"role": "prompt", "ids"}`), then
+/// the reply with `ids` (as generated), `seconds`, `prefilled`, `stop_reason`,
+/// `closing_ids` and `logits_fnv1a64` (hex per reply id).
+pub fn history_lines(x: &Exchange, turn: usize) -> Vec<String> {
     let mut lines = Vec::new();
     for (i, m) in x.input.iter().enumerate() {
         let mut o = obj(message_json(m));
+        o.insert("turn", turn);
         o.insert(
             "ids",
             if i == 0 {
@@ -127,10 +198,12 @@ pub fn history_lines(x: &Exchange) -> Vec<String> {
     if x.input.is_empty() {
         let o = Object::new()
             .with("role", "prompt")
+            .with("turn", turn)
             .with("ids", ids_json(&x.input_ids));
         lines.push(Value::Object(o).to_json());
     }
     let mut o = obj(message_json(&x.reply));
+    o.insert("turn", turn);
     o.insert("ids", ids_json(&x.reply_ids));
     o.insert(
         "seconds",
@@ -326,7 +399,7 @@ mod tests {
             {"role": "assistant", "reasoning_content": "Call it.", "content": "",
              "tool_calls": [{"id": "call_1_1", "type": "function", "function": {"name": "w",
                "arguments": "{\"city\": \"Paris\", \"n\": [1, 2.5, null, true]}"}},
-               {"id": "call_1_2", "type": "function", "function": {"name": "w", "arguments": "not json"}}]},
+               {"id": "call_1_2", "type": "function", "xtml_index": 3, "function": {"name": "w", "arguments": "not json"}}]},
             {"role": "tool", "tool_call_id": "call_1_1", "name": "w", "content": "sunny"},
             {"role": "tool", "tool_call_id": "call_1_2", "name": "w", "content": "?"}
         ]"#;

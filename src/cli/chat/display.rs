@@ -2,7 +2,15 @@
 //! (dimmed on a terminal; between lines `<think>` and `</think>` when standard output is not
 //! one), tool calls as one JSON line each, warnings on standard error, and on a terminal the
 //! live line (prefill progress, ids so far, s/token, the time left to the reply limit).
+//!
+//! The live line never writes over the text. On standard error apart from the text, or at
+//! the start of a text row, it rewrites its own line. When the text shares the terminal and
+//! stops mid-row (the usual case: a slow model thinking at length), it goes on the row below
+//! (made first, scrolling if needed), the cursor saved before and restored after, and is
+//! erased the same way before the next text; only while the terminal waits to wrap or the
+//! column is unknown ([`Column::settled`]) does it wait for the next step.
 
+use super::column::Column;
 use crate::chat::conversation::{call_id, Observer};
 use crate::chat::ReplyEvent;
 use crate::cli::progress::TerminalProgress;
@@ -10,6 +18,27 @@ use crate::error::{Error, Result};
 use crate::json::{Object, Value};
 use crate::run::Progress;
 use std::io::Write;
+
+/// Shows the live line on the row below the text: a free row made below (IND scrolls at the
+/// bottom; CUU comes back to the same column), cursor saved (DECSC, with the text's
+/// attributes), IND + CR to that row, plain attributes; then the text, erase to the end of
+/// the row, and [`RESTORE`].
+const BELOW: &str = "\x1bD\x1b[A\x1b7\x1bD\r\x1b[0m";
+/// Ends [`BELOW`] and [`ERASE_BELOW`]: erase to the end of the row, restore the cursor and
+/// the text's attributes (DECRC).
+const RESTORE: &str = "\x1b[K\x1b8";
+/// Erases the live line below the text (the cursor saved and restored around it).
+const ERASE_BELOW: &str = "\x1b7\x1bD\r";
+
+/// Where the live line is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Live {
+    Hidden,
+    /// On the cursor's own row (standard error apart, or a row the text has not begun).
+    InPlace,
+    /// On the row below the text.
+    Below,
+}
 
 /// The chat's output for one turn after another.
 pub struct Display {
@@ -26,7 +55,9 @@ pub struct Display {
     pub exchange: usize,
     in_think: bool,
     at_line_start: bool,
-    live_shown: bool,
+    /// The cursor's column after the text (for the live line below it).
+    column: Column,
+    live_shown: Live,
     printed: bool,
     names: Vec<(usize, String)>,
     /// The first failed write to standard output (the turn goes on; the caller reports it).
@@ -46,7 +77,8 @@ impl Display {
             exchange: 1,
             in_think: false,
             at_line_start: true,
-            live_shown: false,
+            column: Column::new(None, true),
+            live_shown: Live::Hidden,
             printed: false,
             names: Vec::new(),
             failed: None,
@@ -65,13 +97,15 @@ impl Display {
             }
         }
         self.at_line_start = s.ends_with('\n');
+        self.column.advance(s);
         self.printed = true;
     }
 
     fn clear_live(&mut self) {
-        if self.live_shown {
-            crate::say!("\r\x1b[K");
-            self.live_shown = false;
+        match std::mem::replace(&mut self.live_shown, Live::Hidden) {
+            Live::Hidden => {}
+            Live::InPlace => crate::say!("\r\x1b[K"),
+            Live::Below => crate::say!("{ERASE_BELOW}{RESTORE}"),
         }
     }
 
@@ -87,12 +121,20 @@ impl Display {
         }
     }
 
-    /// Starts a turn: nothing shown yet for it.
-    pub fn start(&mut self, exchange: usize) {
+    /// Starts a turn: nothing shown yet for it. `at_row_start`: the cursor is at the start of
+    /// an empty row (after the user's line, or the previous turn's last line), not after a
+    /// prompt the typed-ahead line was echoed before.
+    pub fn start(&mut self, exchange: usize, at_row_start: bool) {
         self.exchange = exchange;
         self.in_think = false;
         self.printed = false;
         self.names.clear();
+        let width = if self.live && self.same_file {
+            crate::io::sys::stderr_columns()
+        } else {
+            None
+        };
+        self.column = Column::new(width, at_row_start);
     }
 
     /// Ends the turn's output: the thinking closed, the answer's line ended.
@@ -170,7 +212,7 @@ impl Observer for Display {
     }
 
     fn step(&mut self, generated: usize, seconds: f64) {
-        if !self.live || (self.same_file && !self.at_line_start) {
+        if !self.live {
             return;
         }
         let left = match self.max_reply {
@@ -180,8 +222,18 @@ impl Observer for Display {
             ),
             None => String::new(),
         };
-        crate::say!("\r[{generated} ids, {seconds:.2} s/token{left}]\x1b[K");
-        self.live_shown = true;
+        let mut line = format!("[{generated} ids, {seconds:.2} s/token{left}]");
+        if !self.same_file || self.column.at_row_start() {
+            crate::say!("\r{line}\x1b[K");
+            self.live_shown = Live::InPlace;
+        } else if self.column.settled() {
+            // one row: a line that wrapped would scroll and move the saved cursor
+            if let Some(w) = crate::io::sys::stderr_columns() {
+                line.truncate(w.saturating_sub(1));
+            }
+            crate::say!("{BELOW}{line}{RESTORE}");
+            self.live_shown = Live::Below;
+        }
     }
 
     fn interrupted(&mut self) -> bool {

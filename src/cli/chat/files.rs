@@ -1,4 +1,5 @@
-//! The chat's files: `--history` (JSON lines appended per message), `/save FILE` (the state
+//! The chat's files: `--history` (JSON lines appended per message and per command that
+//! changes the conversation), `/save FILE` (the state
 //! file of FORMATS.md §9 at FILE and the transcript at FILE.json), `/load FILE`, `/result
 //! FILE`, and the `/stats` text.
 
@@ -40,11 +41,18 @@ impl History {
         })
     }
 
-    /// Appends the exchange's lines ([`history_lines`]).
+    /// Appends the lines of exchange `turn` ([`history_lines`]).
     ///
     /// Errors (exit 4): a failed write, naming the file.
-    pub fn append(&mut self, x: &Exchange) -> Result<()> {
-        let mut text = history_lines(x).join("\n");
+    pub fn append(&mut self, x: &Exchange, turn: usize) -> Result<()> {
+        self.lines(&history_lines(x, turn))
+    }
+
+    /// Appends `lines` (JSON objects), one per line.
+    ///
+    /// Errors (exit 4): a failed write, naming the file.
+    pub fn lines(&mut self, lines: &[String]) -> Result<()> {
+        let mut text = lines.join("\n");
         text.push('\n');
         self.file
             .write_all(text.as_bytes())

@@ -302,26 +302,72 @@ fn argument_that_does_not_parse_is_content_and_the_next_call_still_parses() {
     let raw = tok()
         .decode_lossy(&ids(&call_parts("f", "1", &[("n", "number", "twelve")])))
         .unwrap();
+    // the valid call keeps the number the model wrote (2), so its result answers it
     assert_eq!(
         ev,
         vec![
             Content(raw),
             ToolCallStart {
-                index: 1,
+                index: 2,
                 name: "g".into()
             },
             ToolCallArgument {
-                index: 1,
+                index: 2,
                 key: "s".into(),
                 value: "\"ok\"".into()
             },
             ToolCallEnd {
-                index: 1,
+                index: 2,
                 arguments: "{\"s\":\"ok\"}".into()
             },
             EndOfTurn(chat::EOS),
         ]
     );
+}
+
+/// The numbers of the calls of one reply (`ReplyParser` "Call numbers").
+fn call_numbers(parts: &[P]) -> Vec<usize> {
+    parse(false, &ids(parts))
+        .into_iter()
+        .filter_map(|e| match e {
+            ToolCallEnd { index, .. } => Some(index),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn calls_keep_the_numbers_the_model_wrote_else_their_position() {
+    let call = |index: &'static str| {
+        let attrs: &'static [(&'static str, &'static str)] = match index {
+            "" => &[("tool", "f")],
+            _ => Box::leak(vec![("tool", "f"), ("index", index)].into_boxed_slice()),
+        };
+        vec![P::Open("call", attrs), P::Close("call")]
+    };
+    let reply = |calls: &[&'static str]| {
+        let mut parts = vec![P::Close("response"), P::Open("tools", &[])];
+        for c in calls {
+            parts.extend(call(c));
+        }
+        parts.extend([P::Close("tools"), P::Close("message"), P::Id(chat::EOS)]);
+        call_numbers(&parts)
+    };
+    // as the template numbers them; out of order; from 3
+    assert_eq!(reply(&["1", "2", "3"]), [1, 2, 3]);
+    assert_eq!(reply(&["2", "1"]), [2, 1]);
+    assert_eq!(reply(&["3"]), [3]);
+    // missing, not a positive integer, or taken: the position, past every number given
+    assert_eq!(reply(&["", ""]), [1, 2]);
+    assert_eq!(reply(&["1", "x", "0", "+4"]), [1, 2, 3, 4]);
+    assert_eq!(reply(&["1", "1"]), [1, 2]);
+    assert_eq!(reply(&["5", ""]), [5, 6]);
+    // a malformed call (no tool name) counts as a position
+    let mut parts = vec![P::Close("response"), P::Open("tools", &[])];
+    parts.extend([P::Open("call", &[("index", "1")]), P::Close("call")]);
+    parts.extend(call(""));
+    parts.extend([P::Close("tools"), P::Close("message"), P::Id(chat::EOS)]);
+    assert_eq!(call_numbers(&parts), [2]);
 }
 
 #[test]
@@ -551,4 +597,34 @@ fn closing_ends_a_cut_reply_like_a_finished_turn() {
         &mut Vec::new(),
     );
     assert!(p.closing().is_empty());
+}
+
+/// The server reads replies with the same parser but answers in the OpenAI shape, where a
+/// call's `index` is its 0-based position in the reply's `tool_calls` (clients collect
+/// streamed calls by it) and the client sends the calls back without any number: the
+/// template then numbers the call and its result by position, consistently. So after a
+/// malformed call the valid call is the server's call 0, whatever number the model wrote.
+#[test]
+fn the_server_numbers_calls_by_position_in_the_reply() {
+    use k3::serve::reply::{Piece, ReplyBuilder};
+    let mut parts = vec![P::Close("response"), P::Open("tools", &[])];
+    parts.extend(call_parts("f", "1", &[("n", "number", "twelve")]));
+    parts.extend(call_parts("g", "2", &[("s", "string", "ok")]));
+    parts.extend([P::Close("tools"), P::Close("message"), P::Id(chat::EOS)]);
+    let mut b = ReplyBuilder::new(tok(), Some(false), &[], &[chat::EOS], "call_x".into());
+    let mut pieces = Vec::new();
+    for id in ids(&parts) {
+        b.push(id, &mut pieces);
+    }
+    b.finish(&mut pieces);
+    let calls: Vec<(usize, String, String)> = pieces
+        .into_iter()
+        .filter_map(|p| match p {
+            Piece::ToolCall {
+                index, id, name, ..
+            } => Some((index, id, name)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(calls, [(0, "call_x_0".to_string(), "g".to_string())]);
 }

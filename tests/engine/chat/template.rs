@@ -635,3 +635,59 @@ fn template_dash_reads_standard_input() {
         "{err}"
     );
 }
+
+/// A call's `xtml_index` (k3's own key: the number the model wrote, which `k3 chat` records)
+/// renders the call and the result that answers it by `tool_call_id` with that number;
+/// without it calls and results are numbered as the reference numbers them.
+#[test]
+fn a_call_with_its_xtml_index_and_its_result_render_that_number() {
+    let render = |call: &str| {
+        let body = format!(
+            r#"[{{"role": "user", "content": "Weather?"}},
+            {{"role": "assistant", "content": "", "tool_calls": [{call}]}},
+            {{"role": "tool", "tool_call_id": "c", "content": "sunny"}}]"#
+        );
+        let req = Request::from_json(&k3::json::parse(body.as_bytes()).unwrap()).unwrap();
+        let ids = chat::encode(tok(), &chat::render(&req, true).unwrap()).unwrap();
+        tok().decode_lossy(&ids).unwrap()
+    };
+    let call = r#"{"id": "c", "type": "function", "function": {"name": "w", "arguments": "{}"}"#;
+    let plain = render(&format!("{call}}}"));
+    assert!(
+        plain.contains(r#"<|open|>call tool="w" index="1"<|sep|>"#),
+        "{plain}"
+    );
+    assert!(
+        plain.contains(r#"role="tool" tool="w" index="1"<|sep|>sunny"#),
+        "{plain}"
+    );
+    let kept = render(&format!(r#"{call}, "xtml_index": 2}}"#));
+    assert!(
+        kept.contains(r#"<|open|>call tool="w" index="2"<|sep|>"#),
+        "{kept}"
+    );
+    assert!(
+        kept.contains(r#"role="tool" tool="w" index="2"<|sep|>sunny"#),
+        "{kept}"
+    );
+    assert_eq!(kept.replace("index=\"2\"", "index=\"1\""), plain);
+    // a number that is not one, or twice in a message, is refused naming the field
+    let bad = |calls: &str| {
+        format!(r#"[{{"role": "assistant", "content": "", "tool_calls": [{calls}]}}]"#)
+    };
+    let c = |n: &str| {
+        format!(r#"{{"type": "function", "function": {{"name": "w"}}, "xtml_index": {n}}}"#)
+    };
+    assert_refused(
+        &bad(&c("0")),
+        "messages[0].tool_calls[0].xtml_index: expected an integer from 1 to 4294967295, found 0",
+    );
+    assert_refused(
+        &bad(&c("\"2\"")),
+        "messages[0].tool_calls[0].xtml_index: expected an integer from 1",
+    );
+    assert_refused(
+        &bad(&format!("{}, {}", c("3"), c("3"))),
+        "messages[0].tool_calls[1].xtml_index: 3 is already the index of tool_calls[0]",
+    );
+}

@@ -4,6 +4,8 @@
 //! `replies`: forced replies (`K3_TEST_FORCE_IDS`) shown, recorded and continued; `refusals`:
 //! bad input named and refused.
 
+mod commands;
+mod flags;
 mod refusals;
 mod replies;
 mod session;
@@ -46,26 +48,36 @@ impl Chat {
     pub fn code(&self) -> i32 {
         self.out.status.code().unwrap_or(-1)
     }
-    /// The assistant lines of the history, in order.
+    /// The replies of the history (the assistant lines of the exchanges), in order.
     pub fn replies(&self) -> Vec<&Value> {
-        self.history
-            .iter()
+        self.exchange_lines()
+            .into_iter()
             .filter(|l| l.get("role").and_then(Value::as_str) == Some("assistant"))
             .collect()
     }
-    /// The lines that carry a turn's input ids (the first input message of each turn).
+    /// The input ids of each turn (on the first input line of the turn: the others have
+    /// none, and the lines that start the chat carry no turn).
     pub fn inputs(&self) -> Vec<Vec<u32>> {
-        let mut out = Vec::new();
-        let mut take = true;
-        for l in &self.history {
-            if l.get("role").and_then(Value::as_str) == Some("assistant") {
-                take = true;
-            } else if take {
-                out.push(ids(l, "ids"));
-                take = false;
-            }
-        }
-        out
+        self.exchange_lines()
+            .into_iter()
+            .filter(|l| l.get("role").and_then(Value::as_str) != Some("assistant"))
+            .map(|l| ids(l, "ids"))
+            .filter(|i| !i.is_empty())
+            .collect()
+    }
+    /// The lines of the exchanges (messages with a `turn`), in order.
+    pub fn exchange_lines(&self) -> Vec<&Value> {
+        self.history
+            .iter()
+            .filter(|l| l.get("turn").is_some() && l.get("command").is_none())
+            .collect()
+    }
+    /// The command lines (`{"command": …}`), in order.
+    pub fn commands(&self) -> Vec<&Value> {
+        self.history
+            .iter()
+            .filter(|l| l.get("command").is_some())
+            .collect()
     }
 }
 
@@ -82,11 +94,22 @@ pub fn ids(v: &Value, key: &str) -> Vec<u32> {
 /// Runs `k3 chat <model> <args> --history H` in scratch directory `name` with `stdin` piped,
 /// `K3_TEST_FORCE_IDS` set to `force` when given.
 pub fn chat(name: &str, args: &[&str], stdin: &str, force: Option<&[u32]>) -> Chat {
+    chat_in(&model(), name, args, stdin, force)
+}
+
+/// [`chat`] on the model directory `model_dir`.
+pub fn chat_in(
+    model_dir: &str,
+    name: &str,
+    args: &[&str],
+    stdin: &str,
+    force: Option<&[u32]>,
+) -> Chat {
     let dir = scratch_dir(name);
     let history = dir.join("history.jsonl");
     let mut cmd = k3();
     cmd.arg("chat")
-        .arg(model())
+        .arg(model_dir)
         .args(args)
         .arg("--history")
         .arg(&history)
@@ -150,4 +173,24 @@ pub fn reply_ids(before: &str, assistant: &str, tools: Option<&str>, off: bool) 
 /// The ids of one text encoded on its own.
 pub fn text_ids(t: &str) -> Vec<u32> {
     tok().encode(t, false)
+}
+
+/// The ids `k3 template` prints for `messages` (a JSON body) written to a file in `dir`.
+pub fn k3_template(dir: &std::path::Path, messages: &str) -> Vec<u32> {
+    let f = dir.join("template-messages.json");
+    std::fs::write(&f, messages).unwrap();
+    let m = model();
+    let o = crate::support::run_k3(["template", "--tok", &m, "--messages", f.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .trim()
+        .split(',')
+        .map(|i| i.parse().unwrap())
+        .collect()
+}
+
+/// The string `key` of `v` ("" when absent).
+pub fn s<'a>(v: &'a Value, key: &str) -> &'a str {
+    v.get(key).and_then(Value::as_str).unwrap_or("")
 }

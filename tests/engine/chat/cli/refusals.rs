@@ -193,3 +193,47 @@ fn an_empty_messages_file_is_refused() {
         assert!(err.contains("messages: empty"), "{name}: {err}");
     }
 }
+
+/// A system prompt flag and a `--messages` file with its own system message would put two
+/// system prompts before the model: refused, naming both (it kept both).
+#[test]
+fn a_system_flag_with_a_messages_file_that_has_one_is_refused() {
+    let dir = scratch_dir("chat-system-and-messages");
+    let prompt = dir.join("p.txt");
+    std::fs::write(&prompt, "Be brief.\n").unwrap();
+    let m = model();
+    for (name, messages, refused) in [
+        (
+            "system",
+            r#"[{"role": "system", "content": "Be kind."}, {"role": "user", "content": "Hi"}]"#,
+            true,
+        ),
+        (
+            "developer",
+            r#"[{"role": "user", "content": "Hi"}, {"role": "developer", "content": "Be kind."}]"#,
+            true,
+        ),
+        ("user-only", r#"[{"role": "user", "content": "Hi"}]"#, false),
+    ] {
+        let f = dir.join(format!("{name}.json"));
+        std::fs::write(&f, messages).unwrap();
+        for flag in [
+            ["--system", "Be brief."],
+            ["--system-file", prompt.to_str().unwrap()],
+        ] {
+            let mut args = vec!["chat", m.as_str(), "--messages", f.to_str().unwrap()];
+            args.extend(flag);
+            args.extend(["--max-reply", "1", "--ctx", "200", "--seed", "1", "--quiet"]);
+            let o = run_k3(&args);
+            let err = String::from_utf8_lossy(&o.stderr);
+            if refused {
+                assert_eq!(o.status.code(), Some(2), "{name} {flag:?}: {err}");
+                let both = format!("flags `{}` and `--messages {}`", flag[0], f.display());
+                assert!(err.contains(&both), "{name} {flag:?}: {err}");
+                assert!(err.contains("its own system message"), "{err}");
+            } else {
+                assert_eq!(o.status.code(), Some(0), "{name} {flag:?}: {err}");
+            }
+        }
+    }
+}

@@ -224,3 +224,122 @@ fn think_off_encodes_the_conversation_again() {
         c.stderr()
     );
 }
+
+const WEATHER: &str = r#"[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]"#;
+const U_WEATHER: &str = r#"{"role": "user", "content": "Weather in Paris?"}"#;
+
+/// A forced reply (thinking off) whose call `index="1"` has a raw-string argument (kept as
+/// content with a warning) and whose call `index="2"` is valid.
+fn malformed_then_valid_call() -> Vec<u32> {
+    let a = r#"{"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "get_weather", "arguments": "not json"}},
+        {"type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]}"#;
+    let force = reply_ids(U_WEATHER, a, Some(WEATHER), true);
+    let text = tok().decode_lossy(&force).unwrap();
+    assert!(
+        text.contains(r#"tool="get_weather" index="1""#)
+            && text.contains(r#"tool="get_weather" index="2""#),
+        "{text}"
+    );
+    force
+}
+
+/// What the turn after the result `sunny` of call 2 appends (thinking off): the tool message
+/// numbered as the model numbered its call, then the generation prompt.
+fn result_of_call_2() -> Vec<u32> {
+    use k3::chat::Segment::{Special, Text};
+    let t = |s: &str| Text(s.to_string());
+    let mut segs = vec![Special(OPEN), t("message")];
+    for (k, v) in [("role", "tool"), ("tool", "get_weather"), ("index", "2")] {
+        segs.extend([t(&format!(" {k}")), t("=\""), t(v), t("\"")]);
+    }
+    segs.extend([
+        Special(SEP),
+        t("sunny"),
+        Special(CLOSE),
+        t("message"),
+        Special(SEP),
+    ]);
+    segs.extend([Special(END_OF_MSG), Special(OPEN), t("message")]);
+    segs.extend([t(" role"), t("=\""), t("assistant"), t("\""), Special(SEP)]);
+    segs.extend([Special(OPEN), t("response"), Special(SEP)]);
+    k3::chat::encode(tok(), &segs).unwrap()
+}
+
+fn tools_file(name: &str) -> String {
+    let dir = crate::support::scratch_dir(name);
+    let f = dir.join("tools.json");
+    std::fs::write(&f, WEATHER).unwrap();
+    f.display().to_string()
+}
+
+/// After a malformed call, the valid call keeps the number the model wrote: it is shown as
+/// `call_1_2`, and its result goes back as `index="2"` (it went back as `index="1"`, the
+/// number of the malformed call, when calls were numbered by counting the ones that parsed).
+#[test]
+fn a_result_after_a_malformed_call_answers_the_call_the_model_made() {
+    let force = malformed_then_valid_call();
+    let tools = tools_file("chat-forced-call-numbers-src");
+    let mut args = ARGS.to_vec();
+    args.extend(["--thinking", "off", "--tools", &tools]);
+    let c = chat(
+        "chat-forced-call-numbers",
+        &args,
+        "Weather in Paris?\nsunny\n",
+        Some(&force),
+    );
+    assert_eq!(c.code(), 0, "{}", c.stderr());
+    let line = r#"{"id":"call_1_2","name":"get_weather","arguments":{"city":"Paris"}}"#;
+    let out = c.stdout();
+    assert!(out.contains(&format!("{line}\n")), "{out}");
+    assert!(!out.contains("call_1_1"), "{out}");
+    assert!(
+        c.stderr().contains("warning: malformed tool call"),
+        "{}",
+        c.stderr()
+    );
+    let r = c.replies();
+    let call = &r[0].get("tool_calls").unwrap().as_array().unwrap()[0];
+    assert_eq!(s(call, "id"), "call_1_2");
+    let n = call.get("xtml_index").and_then(Value::as_number);
+    assert_eq!(n.and_then(|n| n.as_u64()), Some(2));
+    let result = c.history.iter().find(|l| s(l, "role") == "tool").unwrap();
+    assert_eq!(s(result, "tool_call_id"), "call_1_2");
+    let next = &c.inputs()[1];
+    assert_eq!(
+        tok().decode_lossy(next).unwrap(),
+        "<|open|>message role=\"tool\" tool=\"get_weather\" index=\"2\"<|sep|>sunny\
+         <|close|>message<|sep|><|end_of_msg|><|open|>message role=\"assistant\"<|sep|>\
+         <|open|>response<|sep|>"
+    );
+    assert_eq!(next, &result_of_call_2());
+    // the second turn (the same forced reply) numbers its call the same way
+    assert!(out.contains(&line.replace("call_1_2", "call_2_2")), "{out}");
+}
+
+/// The call's number survives `/save` + `/load`: the result sent after the load answers it.
+#[test]
+fn a_loaded_conversation_keeps_the_numbers_of_its_pending_calls() {
+    let force = malformed_then_valid_call();
+    let tools = tools_file("chat-forced-call-load-src");
+    let mut args = ARGS.to_vec();
+    args.extend(["--thinking", "off", "--tools", &tools]);
+    let saved = chat(
+        "chat-forced-call-save",
+        &args,
+        "Weather in Paris?\n/save s.state\n",
+        Some(&force),
+    );
+    assert_eq!(saved.code(), 0, "{}", saved.stderr());
+    let state = saved.dir.join("s.state");
+    let loaded = chat(
+        "chat-forced-call-load",
+        &args,
+        &format!("/load {}\nsunny\n", state.display()),
+        Some(&force),
+    );
+    assert_eq!(loaded.code(), 0, "{}", loaded.stderr());
+    let result = loaded.history.iter().find(|l| s(l, "role") == "tool");
+    assert_eq!(s(result.unwrap(), "tool_call_id"), "call_1_2");
+    assert_eq!(loaded.inputs()[0], result_of_call_2());
+}

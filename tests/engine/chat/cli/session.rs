@@ -204,5 +204,23 @@ fn messages_file_is_answered_then_the_lines() {
     );
     assert_eq!(c.inputs()[0], want);
     assert_eq!(c.replies().len(), 2);
-    assert_eq!(c.history[0].get("role").unwrap().as_str(), Some("prompt"));
+    // the history starts with the chat's settings and the file's messages, then the turns
+    let role = |i: usize| super::s(&c.history[i], "role");
+    assert_eq!(super::s(&c.history[0], "command"), "chat");
+    assert_eq!(super::s(&c.history[0], "thinking"), "low");
+    assert_eq!(
+        (role(1), super::s(&c.history[1], "content")),
+        ("system", "Be brief.")
+    );
+    assert_eq!(
+        (role(2), super::s(&c.history[2], "content")),
+        ("user", "Hi")
+    );
+    assert_eq!(role(3), "prompt");
+    assert!(c.history[1].get("turn").is_none() && c.history[3].get("turn").is_some());
+    let more = c.history.iter().find(|l| super::s(l, "content") == "more");
+    assert_eq!(
+        more.and_then(|l| l.get("turn")).map(Value::to_json),
+        Some("2".into())
+    );
 }
