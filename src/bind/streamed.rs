@@ -21,7 +21,8 @@ use crate::stream::pack::PackedTrunk;
 use crate::stream::pieces::{PieceMode, TrunkPiece};
 use crate::stream::policy::new_policy;
 use crate::stream::tables::{TableLoc, Tables, TablesConfig};
-use crate::stream::trunk::{LayerRead, RingConfig, StreamedTrunk};
+use crate::stream::coded::StagePool;
+use crate::stream::trunk::{LayerBytes, LayerRead, RingConfig, StreamedTrunk};
 use std::sync::Arc;
 
 /// What the planner needs to know before anything large is allocated: every bound layer's
@@ -63,9 +64,16 @@ pub struct StreamConfig<'a> {
     pub pieces: PieceMode,
     /// Concurrent preads per trunk piece and lm_head chunk read (`--io-depth`, at least 1).
     pub io_depth: usize,
+    /// Decode threads per coded piece read (a packed trunk with a codec; at least 1).
+    pub codec_threads: usize,
     /// Told after each pinned layer is read: (done, total pinned, bytes so far); for progress.
     pub loaded: Option<fn(usize, usize, u64)>,
 }
+
+/// Coded piece reads that may be in flight at once: the trunk's I/O thread reading ahead and
+/// the forward's own thread reading a piece that was not (the memory plan counts a staging
+/// buffer per decode thread of each: [`StagePool::bytes`]).
+pub const CODED_READS: usize = 2;
 
 /// A model bound for a streamed run.
 pub struct Streamed {
@@ -125,10 +133,17 @@ pub fn bind(
             .and_then(|f| f.clone())
             .ok_or_else(|| Error::internal(format!("shard {i} was not opened")))
     };
-    // Trunk reads: the shards' runs (or tensors), or the packed runs.
+    // Trunk reads: the shards' runs (or tensors), or the packed runs (coded or not).
+    let pool = match &conf.packed {
+        Some((pt, _)) if pt.codec.is_some() => Some(Arc::new(StagePool::new(
+            conf.codec_threads,
+            CODED_READS,
+        )?)),
+        _ => None,
+    };
     let mut reads = Vec::with_capacity(layers);
     for (layout, w) in prep.layouts.iter().zip(&lw) {
-        let extents = match &conf.packed {
+        let bytes_at = match &conf.packed {
             Some((pt, bin)) => {
                 let pl = pt
                     .layers
@@ -146,24 +161,33 @@ pub fn bind(
                         layout.bytes
                     )));
                 }
-                vec![Extent {
-                    file: Arc::clone(bin),
-                    offset: pl.file_off,
-                    len: layout.bytes as usize,
-                }]
+                match &pool {
+                    Some(pool) => LayerBytes::Coded {
+                        file: Arc::clone(bin),
+                        blocks: Arc::from(pl.blocks.as_slice()),
+                        pool: Arc::clone(pool),
+                    },
+                    None => LayerBytes::Raw(vec![Extent {
+                        file: Arc::clone(bin),
+                        offset: pl.file_off,
+                        len: layout.bytes as usize,
+                    }]),
+                }
             }
-            None => layout
-                .pieces
-                .iter()
-                .map(|p| Ok(p.with_file(file(p.file)?)))
-                .collect::<Result<Vec<_>>>()?,
+            None => LayerBytes::Raw(
+                layout
+                    .pieces
+                    .iter()
+                    .map(|p| Ok(p.with_file(file(p.file)?)))
+                    .collect::<Result<Vec<_>>>()?,
+            ),
         };
         let pieces = layout.trunk_pieces(conf.pieces);
         check_pieces(w, &pieces)?;
         reads.push(LayerRead {
             layer: layout.layer,
             bytes: layout.bytes as usize,
-            extents,
+            bytes_at,
             pieces,
         });
     }

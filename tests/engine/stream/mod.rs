@@ -3,6 +3,7 @@
 //! trunk (`k3 pack-trunk`), the expert cache and its policies, traces and `k3 sim-cache`.
 
 mod expert_cache;
+mod codec;
 mod faults;
 mod identity;
 mod pack_trunk;
