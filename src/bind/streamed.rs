@@ -15,13 +15,13 @@ use crate::io::{Extent, IoFile, IoThreads};
 use crate::model::experts::ExpertShape;
 use crate::model::weights::LayerWeights;
 use crate::model::{Dims, Model};
+use crate::stream::coded::StagePool;
 use crate::stream::expert_cache::ExpertCache;
 use crate::stream::experts::CachedExperts;
 use crate::stream::pack::PackedTrunk;
 use crate::stream::pieces::{PieceMode, TrunkPiece};
 use crate::stream::policy::new_policy;
 use crate::stream::tables::{TableLoc, Tables, TablesConfig};
-use crate::stream::coded::StagePool;
 use crate::stream::trunk::{LayerBytes, LayerRead, RingConfig, StreamedTrunk};
 use std::sync::Arc;
 
@@ -135,10 +135,9 @@ pub fn bind(
     };
     // Trunk reads: the shards' runs (or tensors), or the packed runs (coded or not).
     let pool = match &conf.packed {
-        Some((pt, _)) if pt.codec.is_some() => Some(Arc::new(StagePool::new(
-            conf.codec_threads,
-            CODED_READS,
-        )?)),
+        Some((pt, _)) if pt.codec.is_some() => {
+            Some(Arc::new(StagePool::new(conf.codec_threads, CODED_READS)?))
+        }
         _ => None,
     };
     let mut reads = Vec::with_capacity(layers);

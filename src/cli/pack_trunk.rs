@@ -130,8 +130,20 @@ fn pack_into(
             crate::sayln!();
         }
         if s.trunk.codec.is_some() {
-            let stored: u64 = s.trunk.layers.iter().flat_map(|l| &l.blocks).map(|b| b.clen).sum();
-            let coded = s.trunk.layers.iter().flat_map(|l| &l.blocks).filter(|b| !b.is_stored()).count();
+            let stored: u64 = s
+                .trunk
+                .layers
+                .iter()
+                .flat_map(|l| &l.blocks)
+                .map(|b| b.clen)
+                .sum();
+            let coded = s
+                .trunk
+                .layers
+                .iter()
+                .flat_map(|l| &l.blocks)
+                .filter(|b| !b.is_stored())
+                .count();
             let blocks: usize = s.trunk.layers.iter().map(|l| l.blocks.len()).sum();
             crate::sayln!(
                 "pack-trunk: codec {}: {} of runs stored as {} ({:.1} % of raw; {coded} of {blocks} blocks coded, each decoded and compared before it was written)",
@@ -201,9 +213,8 @@ fn codec_flag(args: &Args) -> Result<Option<Codec>> {
             Ok(None)
         }
         Some(CODEC_NAME) => Ok(Some(Codec {
-            threads: threads.unwrap_or_else(|| {
-                std::thread::available_parallelism().map_or(1, |n| n.get())
-            }),
+            threads: threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
         })),
         Some(other) => Err(Error::invalid(format!(
             "flag `--codec`: unknown codec `{other}` (expected {CODEC_NAME} or none)"

@@ -197,13 +197,15 @@ pub fn read_blocks(
             at = end;
             jobs.push(Box::new(move || read_group(file, bs, from, mine, stage)));
         }
-        run_jobs(jobs, file).into_iter().try_fold(BlockRead::default(), |mut t, r| {
-            let r = r?;
-            t.device_bytes += r.device_bytes;
-            t.read_seconds += r.read_seconds;
-            t.decode_seconds += r.decode_seconds;
-            Ok(t)
-        })
+        run_jobs(jobs, file)
+            .into_iter()
+            .try_fold(BlockRead::default(), |mut t, r| {
+                let r = r?;
+                t.device_bytes += r.device_bytes;
+                t.read_seconds += r.read_seconds;
+                t.decode_seconds += r.decode_seconds;
+                Ok(t)
+            })
     };
     pool.give(stages);
     res
@@ -291,7 +293,13 @@ fn read_group(
         let t1 = Instant::now();
         for b in &blocks[i..j] {
             let src = &stage.buf[r.pad + (b.off - off) as usize..][..b.clen as usize];
-            decode_block(file, b, src, &mut out[(b.start - base) as usize..], &mut stage.dec)?;
+            decode_block(
+                file,
+                b,
+                src,
+                &mut out[(b.start - base) as usize..],
+                &mut stage.dec,
+            )?;
         }
         done.decode_seconds += t1.elapsed().as_secs_f64();
         i = j;

@@ -401,9 +401,11 @@ impl PackedTrunk {
 /// A layer's `blocks`: an array of `[start, len, off, clen]` arrays of non-negative integers.
 /// Errors (exit 2) name `at` and the block.
 fn parse_blocks(v: Option<&Value>, at: &str) -> Result<Vec<CodedBlock>> {
-    let arr = v
-        .and_then(|x| x.as_array())
-        .ok_or_else(|| Error::invalid(format!("{at}: expected an array (a packed trunk with a codec lists every block)")))?;
+    let arr = v.and_then(|x| x.as_array()).ok_or_else(|| {
+        Error::invalid(format!(
+            "{at}: expected an array (a packed trunk with a codec lists every block)"
+        ))
+    })?;
     arr.iter()
         .enumerate()
         .map(|(i, b)| {

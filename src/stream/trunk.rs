@@ -25,9 +25,9 @@ use super::tables::{even_pad, TableStats, Tables};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::{AlignedBuf, IoThreads, ReadTicket};
 use crate::model::weights::{Bf16Mat, LayerPart, PartBuf};
+use crate::model::TrunkSource;
 use read::Piece;
 pub use read::{LayerBytes, LayerRead};
-use crate::model::TrunkSource;
 use std::sync::Arc;
 use std::time::Instant;
 

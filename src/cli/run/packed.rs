@@ -83,7 +83,12 @@ pub(super) fn open_packed(
         }
     };
     let raw = pt.run_bytes();
-    let stored: u64 = pt.layers.iter().flat_map(|l| &l.blocks).map(|b| b.clen).sum();
+    let stored: u64 = pt
+        .layers
+        .iter()
+        .flat_map(|l| &l.blocks)
+        .map(|b| b.clen)
+        .sum();
     let share = format!(
         "{:.1} % of the raw {}",
         100.0 * stored as f64 / raw.max(1) as f64,
@@ -91,7 +96,9 @@ pub(super) fn open_packed(
     );
     let use_it = match req.trunk_codec {
         CodecUse::On => {
-            say(&format!("trunk codec {codec}: {share}; decoded (--trunk-codec on)"));
+            say(&format!(
+                "trunk codec {codec}: {share}; decoded (--trunk-codec on)"
+            ));
             true
         }
         CodecUse::Off => {
@@ -102,7 +109,11 @@ pub(super) fn open_packed(
         }
         CodecUse::Auto => {
             let pool = StagePool::new(threads, 1)?;
-            let blocks: Vec<_> = pt.layers.iter().flat_map(|l| l.blocks.iter().copied()).collect();
+            let blocks: Vec<_> = pt
+                .layers
+                .iter()
+                .flat_map(|l| l.blocks.iter().copied())
+                .collect();
             let sp = probe(&bin, &blocks, &pool)?;
             let speeds = format!(
                 "decoding {:.2} GB/s on {} thread{} against the disk's {:.2} GB/s",

@@ -68,8 +68,7 @@ pub(super) fn check_blocks(l: &PackedLayer, align: u64, bin_len: u64, lp: &str) 
             .get(t)
             .filter(|x| x.off <= b.start && b.end() <= x.off + x.nbytes)
             .ok_or_else(|| bad(i, b, "does not lie inside one tensor".to_string()))?;
-        if !b.is_stored() && (tensor.dtype != Dtype::BF16 || b.len % 2 != 0 || b.start % 2 != 0)
-        {
+        if !b.is_stored() && (tensor.dtype != Dtype::BF16 || b.len % 2 != 0 || b.start % 2 != 0) {
             return Err(bad(
                 i,
                 b,
@@ -172,9 +171,20 @@ fn aligned(n: u64) -> u64 {
 /// What [`write_layer`] tells after each chunk: raw run bytes done.
 pub(super) type Told<'a> = &'a mut dyn FnMut(u64);
 
-/// Writes layer `l`'s run from `src` as blocks into `out`, the first at `*cur` (a multiple of
-/// 4096), each next one at the next multiple of 4096, and returns the blocks (`*cur` ends
-/// after the last). A tensor is cut into blocks of [`BLOCK_BYTES`] (its last one shorter);
+/// Where [`write_layer`] writes: `trunk.bin`'s temporary file, the next free (4096-aligned)
+/// offset, and how a failed write at an offset becomes an error (a full disk is exit 3).
+pub(super) struct Sink<'a> {
+    pub(super) out: &'a std::fs::File,
+    pub(super) cur: u64,
+    pub(super) error: &'a dyn Fn(u64, std::io::Error) -> Error,
+}
+
+/// A block as [`encode_chunk`] leaves it: coded bytes, or None to store it as it is.
+type Coded = Option<Vec<u8>>;
+
+/// Writes layer `l`'s run from `src` as blocks into `sink`, the first at `sink.cur` (a
+/// multiple of 4096), each next one at the next multiple of 4096, and returns the blocks
+/// (`sink.cur` ends after the last). A tensor is cut into blocks of [`BLOCK_BYTES`] (its last one shorter);
 /// BF16 blocks are coded on `threads` threads when that makes them smaller, each decoded again
 /// and compared with its source before it is written; F32 blocks are stored.
 ///
@@ -184,11 +194,9 @@ pub(super) type Told<'a> = &'a mut dyn FnMut(u64);
 pub(super) fn write_layer(
     src: &IoFile,
     l: &PackedLayer,
-    out: &std::fs::File,
-    cur: &mut u64,
+    sink: &mut Sink<'_>,
     buf: &mut AlignedBuf,
     threads: usize,
-    write_error: &dyn Fn(u64, std::io::Error) -> Error,
     told: Told<'_>,
 ) -> Result<Vec<CodedBlock>> {
     let mut blocks = Vec::new();
@@ -204,15 +212,17 @@ pub(super) fn write_layer(
             for (k, c) in coded.iter().enumerate() {
                 let raw = &data[k * BLOCK_BYTES..((k + 1) * BLOCK_BYTES).min(n)];
                 let bytes = c.as_deref().unwrap_or(raw);
-                out.write_all_at(bytes, *cur)
-                    .map_err(|e| write_error(*cur, e))?;
+                let at = sink.cur;
+                sink.out
+                    .write_all_at(bytes, at)
+                    .map_err(|e| (sink.error)(at, e))?;
                 blocks.push(CodedBlock {
                     start: t.off + rel + (k * BLOCK_BYTES) as u64,
                     len: raw.len() as u64,
-                    off: *cur,
+                    off: at,
                     clen: bytes.len() as u64,
                 });
-                *cur = aligned(*cur + bytes.len() as u64);
+                sink.cur = aligned(at + bytes.len() as u64);
             }
             rel += n as u64;
             told(n as u64);
@@ -224,13 +234,13 @@ pub(super) fn write_layer(
 /// `data` cut into blocks of [`BLOCK_BYTES`], each coded (`Some`) when `bf16` and coding makes
 /// it smaller, else None (stored); `threads` threads take every `threads`-th block. Each coded
 /// block is decoded again and must give its source back.
-fn encode_chunk(data: &[u8], bf16: bool, threads: usize) -> Result<Vec<Option<Vec<u8>>>> {
+fn encode_chunk(data: &[u8], bf16: bool, threads: usize) -> Result<Vec<Coded>> {
     let n = data.len().div_ceil(BLOCK_BYTES);
     if !bf16 {
         return Ok(vec![None; n]);
     }
     let threads = threads.clamp(1, n.max(1));
-    let parts: Vec<Result<Vec<(usize, Option<Vec<u8>>)>>> = std::thread::scope(|s| {
+    let parts: Vec<Result<Vec<(usize, Coded)>>> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
             .map(|w| {
                 s.spawn(move || {

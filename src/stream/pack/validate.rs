@@ -104,7 +104,11 @@ impl PackedTrunk {
                 .file_off
                 .checked_add(l.nbytes)
                 .ok_or_else(|| overflow(&lp))?;
-            let stored = if l.blocks.is_empty() { run_len } else { l.nbytes };
+            let stored = if l.blocks.is_empty() {
+                run_len
+            } else {
+                l.nbytes
+            };
             if l.file_off.saturating_add(stored) > bin_len {
                 return Err(Error::invalid(format!(
                     "{lp}: run [{}, {}) lies past the end of {bpath} ({bin_len} bytes): trunk.bin is truncated or belongs to another layout",

@@ -218,20 +218,19 @@ fn write_files(
             }
             Some(c) => {
                 let mut rel = 0u64;
-                let werr = |at: u64, e| write_error(bin_tmp, &format!("write at offset {at} failed"), e);
-                let blocks = super::coded::write_layer(
-                    src,
-                    l,
-                    &out,
-                    &mut cur,
-                    &mut buf,
-                    c.threads,
-                    &werr,
-                    &mut |n| {
+                let error =
+                    |at: u64, e| write_error(bin_tmp, &format!("write at offset {at} failed"), e);
+                let mut sink = super::coded::Sink {
+                    out: &out,
+                    cur,
+                    error: &error,
+                };
+                let blocks =
+                    super::coded::write_layer(src, l, &mut sink, &mut buf, c.threads, &mut |n| {
                         rel += n;
                         told(n, rel)
-                    },
-                )?;
+                    })?;
+                cur = sink.cur;
                 let l = &mut trunk.layers[li];
                 l.file_off = blocks.first().map_or(cur, |b| b.off);
                 let end = blocks.last().map_or(cur, |b| b.off + b.clen);

@@ -128,7 +128,10 @@ impl Piece {
             PieceBytes::Raw(x) if self.is_window() => {
                 let e = &x[0].0;
                 let d = e.file.read_window_split(e.offset, e.len, buf, depth)?;
-                Ok((super::super::tables::even_pad(buf, d.pad, e.len), d.device_bytes))
+                Ok((
+                    super::super::tables::even_pad(buf, d.pad, e.len),
+                    d.device_bytes,
+                ))
             }
             PieceBytes::Raw(x) => {
                 let mut dev = 0u64;
@@ -166,8 +169,12 @@ impl Piece {
                 range,
                 pool,
             } => {
-                let (file, blocks, range, pool) =
-                    (Arc::clone(file), Arc::clone(blocks), *range, Arc::clone(pool));
+                let (file, blocks, range, pool) = (
+                    Arc::clone(file),
+                    Arc::clone(blocks),
+                    *range,
+                    Arc::clone(pool),
+                );
                 let (start, len) = (self.start as u64, self.len);
                 let what = format!("{}: coded blocks of {}", file.path().display(), self.what());
                 io.submit_job(buf, what, move |buf| {
@@ -189,4 +196,3 @@ impl Piece {
         format!("trunk layer {} piece {}", self.layer, names.join("+"))
     }
 }
-

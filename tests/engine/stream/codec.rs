@@ -55,7 +55,10 @@ fn blocks(l: &Value) -> Vec<[u64; 4]> {
 fn coded_blocks_tile_every_run_and_stored_blocks_are_the_shard_bytes() {
     let model = moderate();
     let (out, err) = pack_coded(&model, "codec_layout", &["--threads", "2"]);
-    assert!(err.contains("codec bf16-huffman") && err.contains("% of raw"), "{err}");
+    assert!(
+        err.contains("codec bf16-huffman") && err.contains("% of raw"),
+        "{err}"
+    );
     let j = layout(&out);
     assert_eq!(j["codec"], "bf16-huffman");
     let bin = std::fs::read(out.join("trunk.bin")).unwrap();
@@ -156,7 +159,11 @@ fn matrix(model: &Path, tag: &str, ids: &str) {
 
 #[test]
 fn tiny_k3_logits_are_identical_decoded_or_not_at_every_ring_piece_and_depth() {
-    matrix(&fixture("tiny-k3"), "tiny", "410,335,224,165,463,246,467,2,368");
+    matrix(
+        &fixture("tiny-k3"),
+        "tiny",
+        "410,335,224,165,463,246,467,2,368",
+    );
 }
 
 #[test]
@@ -225,12 +232,16 @@ fn flip(path: &Path, at: u64) {
 #[test]
 fn a_corrupt_block_is_refused_naming_it() {
     let model = moderate();
+    // every layer streams (a read that fails while loading a pinned layer is exit 2 instead)
+    let budget = gb_arg(2 * super::pieces::slot(&model, PieceMode::Part));
     let args = |dir: &Path| {
         vec![
             "--ids".to_string(),
             "5,900".into(),
             "--gen".into(),
             "2".into(),
+            "--trunk-gb".into(),
+            budget.clone(),
             "--trunk".into(),
             dir.display().to_string(),
             "--trunk-codec".into(),
@@ -278,7 +289,8 @@ fn a_bad_block_index_is_refused_naming_the_layer_and_block() {
     let model = fixture("tiny-k3");
     let (dir, _) = pack_coded(&model, "codec_index", &[]);
     let j = layout(&dir);
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>, &str)> = vec![
+    type Edit = Box<dyn Fn(&mut Value)>;
+    let cases: Vec<(&str, Edit, &str)> = vec![
         (
             "gap",
             Box::new(|j: &mut Value| {
@@ -373,7 +385,11 @@ fn a_bad_block_index_is_refused_naming_the_layer_and_block() {
         &["--ids", "1,2", "--gen", "1", "--trunk", d.to_str().unwrap()],
     );
     assert_eq!(r.code, Some(2), "{}", r.stderr);
-    assert!(r.stderr.contains("only whole BF16 values are coded"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("only whole BF16 values are coded"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]
@@ -390,10 +406,21 @@ fn codec_flags_are_refused_where_they_do_not_apply() {
             "unknown codec `zstd`",
         ),
         (
-            vec!["pack-trunk", m, o, "--codec", "bf16-huffman", "--threads", "0"],
+            vec![
+                "pack-trunk",
+                m,
+                o,
+                "--codec",
+                "bf16-huffman",
+                "--threads",
+                "0",
+            ],
             "--threads",
         ),
-        (vec!["pack-trunk", m, o, "--threads", "2"], "only with `--codec`"),
+        (
+            vec!["pack-trunk", m, o, "--threads", "2"],
+            "only with `--codec`",
+        ),
         (
             vec![m, "--ids", "1", "--trunk-codec", "on"],
             "only with `--trunk DIR`",
