@@ -122,6 +122,12 @@ pub fn bind(
     if let Some(h) = &tl.lm_head {
         r.need_shard(h.shard);
     }
+    let pool = match &conf.packed {
+        Some((pt, _)) if pt.codec.is_some() => {
+            Some(Arc::new(StagePool::new(conf.codec_threads, CODED_READS)?))
+        }
+        _ => None,
+    };
     let files: Vec<Option<Arc<IoFile>>> = r
         .into_files()?
         .into_iter()
@@ -134,59 +140,14 @@ pub fn bind(
             .ok_or_else(|| Error::internal(format!("shard {i} was not opened")))
     };
     // Trunk reads: the shards' runs (or tensors), or the packed runs (coded or not).
-    let pool = match &conf.packed {
-        Some((pt, _)) if pt.codec.is_some() => {
-            Some(Arc::new(StagePool::new(conf.codec_threads, CODED_READS)?))
-        }
-        _ => None,
-    };
     let mut reads = Vec::with_capacity(layers);
     for (layout, w) in prep.layouts.iter().zip(&lw) {
-        let bytes_at = match &conf.packed {
-            Some((pt, bin)) => {
-                let pl = pt
-                    .layers
-                    .get(layout.layer)
-                    .filter(|pl| pl.layer == layout.layer)
-                    .ok_or_else(|| {
-                        Error::internal(format!("packed trunk lacks layer {}", layout.layer))
-                    })?;
-                if pl.run_len() != layout.bytes || layout.run.is_none() {
-                    return Err(Error::invalid(format!(
-                        "{}: layer {}: packed run of {} bytes, but the checkpoint's trunk run is {} bytes",
-                        bin.path().display(),
-                        layout.layer,
-                        pl.run_len(),
-                        layout.bytes
-                    )));
-                }
-                match &pool {
-                    Some(pool) => LayerBytes::Coded {
-                        file: Arc::clone(bin),
-                        blocks: Arc::from(pl.blocks.as_slice()),
-                        pool: Arc::clone(pool),
-                    },
-                    None => LayerBytes::Raw(vec![Extent {
-                        file: Arc::clone(bin),
-                        offset: pl.file_off,
-                        len: layout.bytes as usize,
-                    }]),
-                }
-            }
-            None => LayerBytes::Raw(
-                layout
-                    .pieces
-                    .iter()
-                    .map(|p| Ok(p.with_file(file(p.file)?)))
-                    .collect::<Result<Vec<_>>>()?,
-            ),
-        };
         let pieces = layout.trunk_pieces(conf.pieces);
         check_pieces(w, &pieces)?;
         reads.push(LayerRead {
             layer: layout.layer,
             bytes: layout.bytes as usize,
-            bytes_at,
+            bytes_at: bytes_at(layout, conf, pool.as_ref(), &file)?,
             pieces,
         });
     }
@@ -247,6 +208,55 @@ pub fn bind(
         },
         trunk,
         experts,
+    })
+}
+
+/// Where layer `layout`'s trunk bytes are: its runs (or tensors) in the shards (`file` opens a
+/// shard by index), or its packed run in `trunk.bin` — read as it is, or as coded blocks
+/// decoded with `pool` when the packed trunk has a codec.
+///
+/// Errors (exit 2): a packed run whose length differs from the checkpoint's; exit 1 for a
+/// packed trunk without the layer or a shard that was not opened.
+fn bytes_at(
+    layout: &crate::bind::layout::LayerLayout,
+    conf: &StreamConfig<'_>,
+    pool: Option<&Arc<StagePool>>,
+    file: &dyn Fn(usize) -> Result<Arc<IoFile>>,
+) -> Result<LayerBytes> {
+    let Some((pt, bin)) = &conf.packed else {
+        return Ok(LayerBytes::Raw(
+            layout
+                .pieces
+                .iter()
+                .map(|p| Ok(p.with_file(file(p.file)?)))
+                .collect::<Result<Vec<_>>>()?,
+        ));
+    };
+    let pl = pt
+        .layers
+        .get(layout.layer)
+        .filter(|pl| pl.layer == layout.layer)
+        .ok_or_else(|| Error::internal(format!("packed trunk lacks layer {}", layout.layer)))?;
+    if pl.run_len() != layout.bytes || layout.run.is_none() {
+        return Err(Error::invalid(format!(
+            "{}: layer {}: packed run of {} bytes, but the checkpoint's trunk run is {} bytes",
+            bin.path().display(),
+            layout.layer,
+            pl.run_len(),
+            layout.bytes
+        )));
+    }
+    Ok(match pool {
+        Some(pool) => LayerBytes::Coded {
+            file: Arc::clone(bin),
+            blocks: Arc::from(pl.blocks.as_slice()),
+            pool: Arc::clone(pool),
+        },
+        None => LayerBytes::Raw(vec![Extent {
+            file: Arc::clone(bin),
+            offset: pl.file_off,
+            len: layout.bytes as usize,
+        }]),
     })
 }
 
