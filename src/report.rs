@@ -218,6 +218,8 @@ pub struct TrunkReport {
     /// Read from a packed trunk, and `trunk.bin`'s length.
     pub packed: bool,
     pub packed_bytes: u64,
+    /// The packed trunk's codec when its blocks are decoded (docs/formats.md), else None.
+    pub codec: Option<String>,
     /// Pinned layers (indices) and their buffer bytes.
     pub pinned: Vec<usize>,
     pub pinned_bytes: u64,
@@ -261,7 +263,10 @@ impl RunReport {
         format!(
             "trunk: {}, ring {} × {}, {}, deterministic trunk hit rate {}: {}",
             if tr.packed {
-                format!("packed trunk.bin ({})", gb(tr.packed_bytes))
+                match &tr.codec {
+                    Some(c) => format!("packed trunk.bin ({}, codec {c})", gb(tr.packed_bytes)),
+                    None => format!("packed trunk.bin ({})", gb(tr.packed_bytes)),
+                }
             } else {
                 "read from the shards (not packed)".to_string()
             },

@@ -47,6 +47,9 @@ pub struct OpenOptions<'a> {
     /// `--io-depth N`: concurrent preads per trunk piece and lm_head chunk read, and expert
     /// reads in flight per batch; None: [`DEFAULT_IO_DEPTH`] and [`DEFAULT_EXPERT_IO_THREADS`].
     pub io_depth: Option<usize>,
+    /// Decode threads per coded piece read when the packed trunk has a codec (the compute
+    /// threads: decoding runs while the forward waits for the piece, or overlaps it).
+    pub codec_threads: usize,
 }
 
 /// Concurrent preads per trunk piece and lm_head chunk read without `--io-depth`: one (on
@@ -133,6 +136,7 @@ impl Run {
             loaded: o.loaded,
             pieces: o.pieces,
             io_depth: o.io_depth.unwrap_or(DEFAULT_IO_DEPTH),
+            codec_threads: o.codec_threads.max(1),
         };
         let bound = streamed::bind(index, cfg, prep, &conf)?;
         let (slots, stride, policy) = bound.experts.geometry();
@@ -144,6 +148,7 @@ impl Run {
         rep.trunk = TrunkReport {
             packed: o.packed.is_some(),
             packed_bytes: o.packed.map(|(_, b)| b.len_at_open()).unwrap_or(0),
+            codec: o.packed.and_then(|(pt, _)| pt.codec.clone()),
             pinned: (0..layers).filter(|&l| rp.trunk.pinned[l]).collect(),
             pinned_bytes: rp.trunk.pinned_bytes,
             ring_slots: rp.trunk.ring_slots,

@@ -37,6 +37,7 @@ pub mod argmax;
 #[cfg(feature = "battery")]
 pub mod battery;
 pub mod cast;
+pub mod codec;
 mod error;
 pub mod fnv;
 pub mod isa;

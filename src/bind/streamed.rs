@@ -15,13 +15,14 @@ use crate::io::{Extent, IoFile, IoThreads};
 use crate::model::experts::ExpertShape;
 use crate::model::weights::LayerWeights;
 use crate::model::{Dims, Model};
+use crate::stream::coded::StagePool;
 use crate::stream::expert_cache::ExpertCache;
 use crate::stream::experts::CachedExperts;
 use crate::stream::pack::PackedTrunk;
 use crate::stream::pieces::{PieceMode, TrunkPiece};
 use crate::stream::policy::new_policy;
 use crate::stream::tables::{TableLoc, Tables, TablesConfig};
-use crate::stream::trunk::{LayerRead, RingConfig, StreamedTrunk};
+use crate::stream::trunk::{LayerBytes, LayerRead, RingConfig, StreamedTrunk};
 use std::sync::Arc;
 
 /// What the planner needs to know before anything large is allocated: every bound layer's
@@ -63,9 +64,16 @@ pub struct StreamConfig<'a> {
     pub pieces: PieceMode,
     /// Concurrent preads per trunk piece and lm_head chunk read (`--io-depth`, at least 1).
     pub io_depth: usize,
+    /// Decode threads per coded piece read (a packed trunk with a codec; at least 1).
+    pub codec_threads: usize,
     /// Told after each pinned layer is read: (done, total pinned, bytes so far); for progress.
     pub loaded: Option<fn(usize, usize, u64)>,
 }
+
+/// Coded piece reads that may be in flight at once: the trunk's I/O thread reading ahead and
+/// the forward's own thread reading a piece that was not (the memory plan counts a staging
+/// buffer per decode thread of each: [`StagePool::bytes`]).
+pub const CODED_READS: usize = 2;
 
 /// A model bound for a streamed run.
 pub struct Streamed {
@@ -114,6 +122,12 @@ pub fn bind(
     if let Some(h) = &tl.lm_head {
         r.need_shard(h.shard);
     }
+    let pool = match &conf.packed {
+        Some((pt, _)) if pt.codec.is_some() => {
+            Some(Arc::new(StagePool::new(conf.codec_threads, CODED_READS)?))
+        }
+        _ => None,
+    };
     let files: Vec<Option<Arc<IoFile>>> = r
         .into_files()?
         .into_iter()
@@ -125,45 +139,15 @@ pub fn bind(
             .and_then(|f| f.clone())
             .ok_or_else(|| Error::internal(format!("shard {i} was not opened")))
     };
-    // Trunk reads: the shards' runs (or tensors), or the packed runs.
+    // Trunk reads: the shards' runs (or tensors), or the packed runs (coded or not).
     let mut reads = Vec::with_capacity(layers);
     for (layout, w) in prep.layouts.iter().zip(&lw) {
-        let extents = match &conf.packed {
-            Some((pt, bin)) => {
-                let pl = pt
-                    .layers
-                    .get(layout.layer)
-                    .filter(|pl| pl.layer == layout.layer)
-                    .ok_or_else(|| {
-                        Error::internal(format!("packed trunk lacks layer {}", layout.layer))
-                    })?;
-                if pl.run_len() != layout.bytes || layout.run.is_none() {
-                    return Err(Error::invalid(format!(
-                        "{}: layer {}: packed run of {} bytes, but the checkpoint's trunk run is {} bytes",
-                        bin.path().display(),
-                        layout.layer,
-                        pl.run_len(),
-                        layout.bytes
-                    )));
-                }
-                vec![Extent {
-                    file: Arc::clone(bin),
-                    offset: pl.file_off,
-                    len: layout.bytes as usize,
-                }]
-            }
-            None => layout
-                .pieces
-                .iter()
-                .map(|p| Ok(p.with_file(file(p.file)?)))
-                .collect::<Result<Vec<_>>>()?,
-        };
         let pieces = layout.trunk_pieces(conf.pieces);
         check_pieces(w, &pieces)?;
         reads.push(LayerRead {
             layer: layout.layer,
             bytes: layout.bytes as usize,
-            extents,
+            bytes_at: bytes_at(layout, conf, pool.as_ref(), &file)?,
             pieces,
         });
     }
@@ -224,6 +208,55 @@ pub fn bind(
         },
         trunk,
         experts,
+    })
+}
+
+/// Where layer `layout`'s trunk bytes are: its runs (or tensors) in the shards (`file` opens a
+/// shard by index), or its packed run in `trunk.bin` — read as it is, or as coded blocks
+/// decoded with `pool` when the packed trunk has a codec.
+///
+/// Errors (exit 2): a packed run whose length differs from the checkpoint's; exit 1 for a
+/// packed trunk without the layer or a shard that was not opened.
+fn bytes_at(
+    layout: &crate::bind::layout::LayerLayout,
+    conf: &StreamConfig<'_>,
+    pool: Option<&Arc<StagePool>>,
+    file: &dyn Fn(usize) -> Result<Arc<IoFile>>,
+) -> Result<LayerBytes> {
+    let Some((pt, bin)) = &conf.packed else {
+        return Ok(LayerBytes::Raw(
+            layout
+                .pieces
+                .iter()
+                .map(|p| Ok(p.with_file(file(p.file)?)))
+                .collect::<Result<Vec<_>>>()?,
+        ));
+    };
+    let pl = pt
+        .layers
+        .get(layout.layer)
+        .filter(|pl| pl.layer == layout.layer)
+        .ok_or_else(|| Error::internal(format!("packed trunk lacks layer {}", layout.layer)))?;
+    if pl.run_len() != layout.bytes || layout.run.is_none() {
+        return Err(Error::invalid(format!(
+            "{}: layer {}: packed run of {} bytes, but the checkpoint's trunk run is {} bytes",
+            bin.path().display(),
+            layout.layer,
+            pl.run_len(),
+            layout.bytes
+        )));
+    }
+    Ok(match pool {
+        Some(pool) => LayerBytes::Coded {
+            file: Arc::clone(bin),
+            blocks: Arc::from(pl.blocks.as_slice()),
+            pool: Arc::clone(pool),
+        },
+        None => LayerBytes::Raw(vec![Extent {
+            file: Arc::clone(bin),
+            offset: pl.file_off,
+            len: layout.bytes as usize,
+        }]),
     })
 }
 

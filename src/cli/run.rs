@@ -16,7 +16,6 @@ use crate::model::mla::MLA_FORM;
 use crate::plan::{gb_to_bytes, Budget, GB};
 use crate::report::RunReport;
 use crate::run::{decode, DecodeOptions, OpenOptions, Run};
-use crate::stream::pack::PackedTrunk;
 use crate::stream::pieces::PieceMode;
 use crate::stream::policy::{DEFAULT_POLICY, POLICY_NAMES};
 use crate::stream::trace::{HIST_FILE, TRACE_FILE};
@@ -29,6 +28,7 @@ mod batch;
 pub(crate) mod chat_open;
 mod inputs;
 mod memory;
+mod packed;
 mod serve;
 mod state;
 
@@ -51,6 +51,7 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec::Value("trunk-gb"),
     Spec::Value("trunk-ring"),
     Spec::Value("trunk-pieces"),
+    Spec::Value("trunk-codec"),
     Spec::Value("io-depth"),
     Spec::Value("cache-gb"),
     Spec::Switch("full-recompute"),
@@ -116,6 +117,9 @@ Memory (decimal GB, fractions allowed; see k3 --list-presets):
   --trunk-gb X         trunk budget: pinned layers + ring slots
   --trunk-ring N       ring slots (default 2; 1 only if two piece slots exceed a layer's)
   --trunk-pieces part|layer   stream layers cut at their parts (default) or whole
+  --trunk-codec auto|on|off   a packed trunk with a codec: decode it where decoding outruns
+                       the disk (auto, measured when the run opens), always, or never (the
+                       trunk is then read from the shards)
   --io-depth N         reads in flight per trunk piece, lm_head chunk and expert batch
                        (1-64; default 1 for trunk and lm_head, 4 for experts)
   --cache-gb X         expert-cache budget (at least top-k experts)
@@ -172,6 +176,8 @@ struct Request {
     pieces: PieceMode,
     /// `--io-depth`.
     io_depth: Option<usize>,
+    /// `--trunk-codec`.
+    trunk_codec: packed::CodecUse,
     /// Snapshot slots planned besides the `--parallel` sequences (`serve`'s prefix pool; 0
     /// for `run`); `None`: as many as `--parallel` (serve's default, so that the largest
     /// fitting `--parallel` is searched with its pool).
@@ -310,6 +316,7 @@ fn request_from_args(a: Args, cmd: &str) -> Result<Request> {
     }
     let budget = budget_flags(&a)?;
     let (pieces, io_depth) = streaming_flags(&a)?;
+    let trunk_codec = packed::CodecUse::from_args(&a)?;
     let policy = a
         .value("cache-policy")?
         .unwrap_or_else(|| DEFAULT_POLICY.to_string());
@@ -455,6 +462,7 @@ fn request_from_args(a: Args, cmd: &str) -> Result<Request> {
         policy,
         pieces,
         io_depth,
+        trunk_codec,
         snapshots: Some(0),
         serve,
         args: a,
@@ -611,7 +619,7 @@ fn execute(
     // Layouts (no tensor read), the packed trunk (validated), then the plan: all before any
     // large allocation.
     let prep = bind::prepare(&index, cfg, layers)?;
-    let packed = open_packed(req, &inp, &index)?;
+    let packed = packed::open_packed(req, &inp, &index, ex.threads())?;
     let pi = PlanInputs {
         req,
         inp: &inp,
@@ -619,6 +627,7 @@ fn execute(
         prep: &prep,
         ex: &ex,
         want_all,
+        coded: packed.as_ref().is_some_and(|(pt, _)| pt.codec.is_some()),
     };
     let rp = plan_memory(&pi, rep)?;
     let bound = Bound {
@@ -680,7 +689,7 @@ struct Bound<'a> {
     index: &'a TensorIndex,
     census: &'a Census,
     prep: &'a bind::Prepared,
-    packed: Option<&'a (PackedTrunk, Arc<IoFile>)>,
+    packed: Option<&'a (crate::stream::pack::PackedTrunk, Arc<IoFile>)>,
     rp: &'a crate::plan::RunPlan,
 }
 
@@ -706,30 +715,10 @@ fn open_session<'t>(
         loaded: show_loading.then_some(super::progress::pinned_layers as fn(usize, usize, u64)),
         pieces: req.pieces,
         io_depth: req.io_depth,
+        codec_threads: ex.threads(),
     };
     let run = Run::open(b.index, &inp.cfg, b.census, b.prep, open, rep)?;
     let mut sess = run.into_session(ex, req.chunk)?;
     sess.full_recompute = req.full_recompute;
     Ok(sess)
-}
-
-/// The `--trunk` packed trunk, validated against the checkpoint (exit 2).
-fn open_packed(
-    req: &Request,
-    inp: &Inputs,
-    index: &TensorIndex,
-) -> Result<Option<(PackedTrunk, Arc<IoFile>)>> {
-    let (cfg, d, layers) = (&inp.cfg, &inp.d, inp.layers);
-    Ok(match &req.trunk_dir {
-        Some(dir) => {
-            if layers < d.nl {
-                return Err(Error::invalid(format!(
-                    "flags `--trunk` and `--layers {layers}`: a packed trunk covers the whole model; drop one of them"
-                )));
-            }
-            let (pt, bin) = PackedTrunk::open(dir, cfg, index)?;
-            Some((pt, Arc::new(bin)))
-        }
-        None => None,
-    })
 }

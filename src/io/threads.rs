@@ -243,19 +243,33 @@ impl IoThreads {
         file: Arc<IoFile>,
         offset: u64,
         len: usize,
-        mut buf: AlignedBuf,
+        buf: AlignedBuf,
         depth: usize,
     ) -> ReadTicket {
-        let (tx, rx) = mpsc::sync_channel(1);
         let what = format!(
             "{}: read of {len} bytes at offset {offset}",
             file.path().display()
         );
+        self.submit_job(buf, what, move |buf| {
+            file.read_window_split(offset, len, buf, depth)
+        })
+    }
+
+    /// Queues `job` (a read into `buf`, and whatever else fills it: a coded piece is read and
+    /// decoded) on an I/O thread and returns at once; [`ReadTicket::wait`] gives the buffer back
+    /// with the job's [`ReadDone`]. `what` names the read in the error when the thread dies.
+    pub fn submit_job(
+        &self,
+        mut buf: AlignedBuf,
+        what: String,
+        job: impl FnOnce(&mut AlignedBuf) -> Result<ReadDone> + Send + 'static,
+    ) -> ReadTicket {
+        let (tx, rx) = mpsc::sync_channel(1);
         {
             let mut st = lock(&self.shared.state);
             st.jobs.push_back(Box::new(move || {
                 let t0 = std::time::Instant::now();
-                let r = file.read_window_split(offset, len, &mut buf, depth);
+                let r = job(&mut buf);
                 let secs = t0.elapsed().as_secs_f64();
                 // The receiver may be gone (a failed run dropped the ticket); nothing to do.
                 let _ = tx.send((buf, r, secs));

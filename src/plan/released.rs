@@ -79,6 +79,7 @@ pub fn run_sizes(cfg: &Config, positions: usize, threads: usize) -> ModelSizes {
             threads,
             sequences: 1,
             spec: 0,
+            codec_staging: 0,
             tokenizer: TOKENIZER_BYTES,
             tensor_index: TENSOR_INDEX_BYTES,
         },

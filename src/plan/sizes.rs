@@ -144,6 +144,9 @@ pub struct RunShape {
     /// each sequence, all with logits, and each sequence keeps a copy of its KDA state and
     /// conv history for the rollback (ENGINE.md §9, §10).
     pub spec: usize,
+    /// Staging buffers of coded trunk reads (a packed trunk with a codec, decoded; 0
+    /// otherwise), counted in the scratch.
+    pub codec_staging: u64,
 }
 
 impl ModelSizes {
@@ -183,7 +186,8 @@ impl ModelSizes {
             mla_cache: DecodeState::mla_bytes(d, r.layers, positions).saturating_mul(seqs as u64),
             scratch: scratch_bytes(d, chunk, logits_rows)
                 + kernel_scratch_bytes(d, chunk, r.threads)
-                + held_logits,
+                + held_logits
+                + r.codec_staging,
             tokenizer: r.tokenizer,
             tensor_index: r.tensor_index,
             logits_rows,

@@ -196,6 +196,10 @@ impl RunReport {
         Object::new()
             .with("packed", tr.packed)
             .with("packed_bytes", tr.packed_bytes)
+            .with(
+                "codec",
+                tr.codec.as_deref().map_or(Value::Null, Value::from),
+            )
             .with("pinned_layers", tr.pinned.len())
             .with("pinned_bytes", tr.pinned_bytes)
             .with("ring_slots", tr.ring_slots)

@@ -15,6 +15,7 @@
 //! * [`sim`]: replays a trace under each policy and capacity, next to Belady's optimum and the
 //!   compulsory-miss ceiling (`k3 sim-cache`).
 
+pub mod coded;
 pub mod expert_cache;
 pub mod experts;
 pub mod pack;

@@ -17,11 +17,13 @@ use crate::error::{Error, Result};
 use crate::io::ALIGN;
 use crate::json::{self, Object, Value};
 use crate::safetensors::{shape_str, Dtype};
+use crate::stream::coded::{CodedBlock, CODEC_NAME};
 use std::path::Path;
 
+mod coded;
 mod validate;
 mod write;
-pub use write::{check_out_dir, pack, PackProgress, PackSummary};
+pub use write::{check_out_dir, pack, Codec, PackProgress, PackSummary};
 
 /// File name of the packed runs.
 pub const TRUNK_BIN: &str = "trunk.bin";
@@ -59,10 +61,14 @@ pub struct PackedLayer {
     pub run_start: u64,
     /// Run length rounded up to 4096.
     pub nbytes: u64,
-    /// Offset of the run in `trunk.bin` (a multiple of `align`).
+    /// Offset of the run in `trunk.bin` (a multiple of `align`); with a codec, of its first
+    /// block.
     pub file_off: u64,
     /// The run's tensors, in run order.
     pub tensors: Vec<PackedTensor>,
+    /// With a codec: the run's blocks in run order (docs/formats.md, "Packed trunk with a
+    /// codec"); empty without one.
+    pub blocks: Vec<CodedBlock>,
 }
 
 impl PackedLayer {
@@ -85,6 +91,9 @@ pub struct PackedTrunk {
     pub align: u64,
     /// One entry per layer, ascending.
     pub layers: Vec<PackedLayer>,
+    /// The codec of the runs ([`CODEC_NAME`]), or None: each run stored as it lies in its
+    /// shard.
+    pub codec: Option<String>,
 }
 
 fn round_up(n: u64, a: u64) -> Option<u64> {
@@ -185,12 +194,14 @@ impl PackedTrunk {
                         shape,
                     })
                     .collect(),
+                blocks: Vec::new(),
             });
         }
         Ok(PackedTrunk {
             n_layers: cfg.num_hidden_layers,
             align: ALIGN as u64,
             layers,
+            codec: None,
         })
     }
 
@@ -225,23 +236,31 @@ impl PackedTrunk {
                             .with("shape", t.shape.clone()),
                     );
                 }
-                Object::new()
+                let mut o = Object::new()
                     .with("layer", l.layer)
                     .with("shard", l.shard.as_str())
                     .with("run_start", l.run_start)
                     .with("nbytes", l.nbytes)
                     .with("file_off", l.file_off)
-                    .with("tensors", tensors)
-                    .into()
+                    .with("tensors", tensors);
+                if self.codec.is_some() {
+                    let blocks: Vec<Value> = l
+                        .blocks
+                        .iter()
+                        .map(|b| Value::from(vec![b.start, b.len, b.off, b.clen]))
+                        .collect();
+                    o.insert("blocks".to_string(), Value::Array(blocks));
+                }
+                o.into()
             })
             .collect();
-        let mut s = Value::from(
-            Object::new()
-                .with("n_layers", self.n_layers)
-                .with("align", self.align)
-                .with("layers", Value::Array(layers)),
-        )
-        .to_json_pretty();
+        let mut top = Object::new()
+            .with("n_layers", self.n_layers)
+            .with("align", self.align);
+        if let Some(c) = &self.codec {
+            top.insert("codec".to_string(), Value::from(c.as_str()));
+        }
+        let mut s = Value::from(top.with("layers", Value::Array(layers))).to_json_pretty();
         s.push('\n');
         s
     }
@@ -280,6 +299,18 @@ impl PackedTrunk {
                 "{p}: `align` {align}: expected a positive power of two"
             )));
         }
+        let codec = match top.get("codec") {
+            None | Some(Value::Null) => None,
+            Some(c) => match c.as_str() {
+                Some(CODEC_NAME) => Some(CODEC_NAME.to_string()),
+                Some(other) => {
+                    return Err(Error::invalid(format!(
+                        "{p}: `codec` {other}: not a codec this k3 reads (it reads {CODEC_NAME}); pack the trunk again with this k3"
+                    )))
+                }
+                None => return Err(Error::invalid(format!("{p}: `codec`: expected a string"))),
+            },
+        };
         let arr = top
             .get("layers")
             .and_then(|x| x.as_array())
@@ -344,6 +375,10 @@ impl PackedTrunk {
                 });
             }
             tensors.sort_by_key(|t| t.off);
+            let blocks = match (&codec, lo.get("blocks")) {
+                (None, _) => Vec::new(),
+                (Some(_), b) => parse_blocks(b, &format!("{p}: {at}`blocks`"))?,
+            };
             layers.push(PackedLayer {
                 layer,
                 shard,
@@ -351,12 +386,45 @@ impl PackedTrunk {
                 nbytes,
                 file_off,
                 tensors,
+                blocks,
             });
         }
         Ok(PackedTrunk {
             n_layers,
             align,
             layers,
+            codec,
         })
     }
+}
+
+/// A layer's `blocks`: an array of `[start, len, off, clen]` arrays of non-negative integers.
+/// Errors (exit 2) name `at` and the block.
+fn parse_blocks(v: Option<&Value>, at: &str) -> Result<Vec<CodedBlock>> {
+    let arr = v.and_then(|x| x.as_array()).ok_or_else(|| {
+        Error::invalid(format!(
+            "{at}: expected an array (a packed trunk with a codec lists every block)"
+        ))
+    })?;
+    arr.iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let n: Option<Vec<u64>> = b.as_array().and_then(|a| {
+                a.iter()
+                    .map(|x| x.as_number().and_then(|n| n.as_u64()))
+                    .collect()
+            });
+            match n.as_deref() {
+                Some(&[start, len, off, clen]) => Ok(CodedBlock {
+                    start,
+                    len,
+                    off,
+                    clen,
+                }),
+                _ => Err(Error::invalid(format!(
+                    "{at}[{i}]: expected [start, len, off, clen], four non-negative integers"
+                ))),
+            }
+        })
+        .collect()
 }

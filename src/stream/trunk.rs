@@ -18,105 +18,18 @@
 //! at the same offsets of the layer buffer either way, so the forward pass cannot tell. The
 //! model tables come through [`Tables`].
 
-use super::pieces::{piece_extents, TrunkPiece};
+mod read;
+
+use super::pieces::TrunkPiece;
 use super::tables::{even_pad, TableStats, Tables};
 use crate::error::{Error, ErrorKind, Result};
-use crate::io::{window_capacity, AlignedBuf, Extent, IoFile, IoThreads, ReadTicket};
+use crate::io::{AlignedBuf, IoThreads, ReadTicket};
 use crate::model::weights::{Bf16Mat, LayerPart, PartBuf};
 use crate::model::TrunkSource;
+use read::Piece;
+pub use read::{LayerBytes, LayerRead};
 use std::sync::Arc;
 use std::time::Instant;
-
-/// How to fill one layer's buffer, and how it streams.
-#[derive(Debug, Clone)]
-pub struct LayerRead {
-    /// Zero-based layer (for messages).
-    pub layer: usize,
-    /// Bytes of the layer buffer.
-    pub bytes: usize,
-    /// The file ranges, back to back in the buffer from byte 0; a single one covering the
-    /// buffer (a contiguous run, or a packed run) is one widened direct read.
-    pub extents: Vec<Extent<Arc<IoFile>>>,
-    /// The ring pieces of the layer when it streams, in forward order; empty: one piece, the
-    /// whole buffer.
-    pub pieces: Vec<TrunkPiece>,
-}
-
-impl LayerRead {
-    /// Buffer capacity the whole layer needs (the widened window of its run).
-    pub fn capacity(&self) -> usize {
-        window_capacity(self.bytes).unwrap_or(usize::MAX)
-    }
-
-    /// Reads the whole layer into `buf` on the calling thread; returns the payload offset
-    /// (even) and the device bytes.
-    fn read_into(&self, buf: &mut AlignedBuf) -> Result<(usize, u64)> {
-        self.piece(&TrunkPiece {
-            parts: LayerPart::ALL.to_vec(),
-            start: 0,
-            len: self.bytes as u64,
-        })
-        .read_into(buf, 1)
-    }
-
-    /// The streamed piece `p` of this layer.
-    fn piece(&self, p: &TrunkPiece) -> Piece {
-        Piece {
-            layer: self.layer,
-            parts: p.parts.clone(),
-            start: p.start as usize,
-            len: p.len as usize,
-            extents: piece_extents(&self.extents, p.start, p.len),
-        }
-    }
-}
-
-/// One streamed piece: bytes `start .. start + len` of layer `layer`'s buffer.
-#[derive(Debug)]
-struct Piece {
-    layer: usize,
-    parts: Vec<LayerPart>,
-    start: usize,
-    len: usize,
-    /// File ranges and their byte offsets inside the piece.
-    extents: Vec<(Extent<Arc<IoFile>>, usize)>,
-}
-
-impl Piece {
-    /// True when the piece is one direct read (read-ahead capable).
-    fn is_window(&self) -> bool {
-        self.extents.len() == 1 && self.extents[0].0.len == self.len
-    }
-
-    /// Buffer capacity of the piece's widened window.
-    fn capacity(&self) -> usize {
-        window_capacity(self.len).unwrap_or(usize::MAX)
-    }
-
-    /// Reads the piece into `buf` on the calling thread (`depth` concurrent preads for one
-    /// window); returns the payload offset (even) and the device bytes.
-    fn read_into(&self, buf: &mut AlignedBuf, depth: usize) -> Result<(usize, u64)> {
-        if self.is_window() {
-            let e = &self.extents[0].0;
-            let d = e.file.read_window_split(e.offset, e.len, buf, depth)?;
-            Ok((even_pad(buf, d.pad, e.len), d.device_bytes))
-        } else {
-            let mut dev = 0u64;
-            for (e, at) in &self.extents {
-                e.file
-                    .read_uncached_at(&mut buf[*at..*at + e.len], e.offset)?;
-                dev += e.len as u64;
-            }
-            Ok((0, dev))
-        }
-    }
-
-    /// "trunk layer 3 piece moe", for messages.
-    fn what(&self) -> String {
-        let names: Vec<&str> = self.parts.iter().map(|p| p.name()).collect();
-        format!("trunk layer {} piece {}", self.layer, names.join("+"))
-    }
-}
 
 /// Counters of the trunk report (ENGINE.md §6, FORMATS.md §10 `trunk`).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -386,19 +299,16 @@ impl StreamedTrunk {
             if self.slot_of(x).is_some() {
                 continue;
             }
-            let pc = &self.pieces[x];
-            if !pc.is_window() {
+            if !self.pieces[x].is_window() {
                 continue; // read synchronously when asked
             }
-            let e = &pc.extents[0].0;
-            let (file, offset, len) = (Arc::clone(&e.file), e.offset, e.len);
             let Some(i) = self.take_slot(&want) else {
                 return;
             };
             let Slot::Free(buf) = std::mem::replace(&mut self.ring[i], Slot::Gone) else {
                 unreachable!()
             };
-            let ticket = self.io.submit_split(file, offset, len, buf, self.io_depth);
+            let ticket = self.pieces[x].submit(&self.io, buf, self.io_depth);
             self.ring[i] = Slot::Loading { piece: x, ticket };
         }
     }
@@ -528,6 +438,7 @@ impl std::fmt::Debug for StreamedTrunk {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::io::{Extent, IoFile};
     use crate::model::weights::LayerPart::{Attn, Moe};
 
     /// Layers of `sizes[l]` bytes in one file, layer l filled with u16 value 1000·l + i; with
@@ -554,11 +465,11 @@ mod tests {
                 LayerRead {
                     layer: l,
                     bytes: n,
-                    extents: vec![Extent {
+                    bytes_at: LayerBytes::Raw(vec![Extent {
                         file: Arc::clone(&f),
                         offset: offs[l],
                         len: n,
-                    }],
+                    }]),
                     pieces: if cut {
                         vec![
                             TrunkPiece {
@@ -679,7 +590,9 @@ mod tests {
         for cut in [false, true] {
             let (f, mut reads) = file_with_layers(&format!("fail{cut}"), &sizes, cut);
             // layer 1 points past the end of the file
-            reads[1].extents[0].offset = f.len_at_open() + 10;
+            if let LayerBytes::Raw(x) = &mut reads[1].bytes_at {
+                x[0].offset = f.len_at_open() + 10;
+            }
             let io = Arc::new(IoThreads::new(1).unwrap());
             let tio = Arc::new(IoThreads::new(1).unwrap());
             let tables = Tables::resident(1, 1, vec![0], None);

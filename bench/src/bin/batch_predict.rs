@@ -43,6 +43,7 @@ fn sizes(cfg: &Config, d: &Dims, sequences: usize) -> ModelSizes {
             tokenizer: 5_600_000,
             tensor_index: 21_000_000,
             spec: 0,
+            codec_staging: 0,
         },
     )
 }

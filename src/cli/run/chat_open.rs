@@ -6,7 +6,8 @@
 
 use super::inputs::{check_inputs, compute};
 use super::memory::{largest_ctx, plan_memory, PlanInputs};
-use super::{open_packed, request_from_args};
+use super::packed::open_packed;
+use super::request_from_args;
 use crate::bind::streamed as bind;
 use crate::census::Census;
 use crate::checkpoint::TensorIndex;
@@ -83,7 +84,7 @@ pub(crate) fn open(a: Args) -> Result<ChatModel> {
     }
     let identity = super::state::identity(&inp, &index, &census)?;
     let prep = bind::prepare(&index, &inp.cfg, inp.layers)?;
-    let packed = open_packed(&req, &inp, &index)?;
+    let packed = open_packed(&req, &inp, &index, ex.threads())?;
     let ctx = match req.ctx {
         Some(c) => c,
         None => {
@@ -94,6 +95,7 @@ pub(crate) fn open(a: Args) -> Result<ChatModel> {
                 prep: &prep,
                 ex: &ex,
                 want_all: false,
+                coded: packed.as_ref().is_some_and(|(pt, _)| pt.codec.is_some()),
             };
             let c = largest_ctx(&pi, CHAT_SEQUENCES)?;
             say(&format!(
@@ -110,6 +112,7 @@ pub(crate) fn open(a: Args) -> Result<ChatModel> {
         prep: &prep,
         ex: &ex,
         want_all: false,
+        coded: packed.as_ref().is_some_and(|(pt, _)| pt.codec.is_some()),
     };
     let rp = plan_memory(&pi, &mut rep)?;
     let bound = super::Bound {

@@ -23,6 +23,9 @@ pub(super) struct PlanInputs<'a> {
     pub(super) ex: &'a Exec,
     /// Every prompt row's logits are kept (`--dump-logits`, `--gen 0`).
     pub(super) want_all: bool,
+    /// The trunk streams from a packed trunk with a codec that is decoded: its staging
+    /// buffers are planned.
+    pub(super) coded: bool,
 }
 
 /// The memory plan of the run (ENGINE.md §4), shown and put in the report; exit 3 (with the
@@ -130,6 +133,14 @@ pub(super) fn model_sizes(c: &PlanInputs<'_>, par: usize, positions: usize) -> M
             threads: c.ex.threads(),
             sequences: par + req.snapshots.unwrap_or(par),
             spec: req.spec,
+            codec_staging: if c.coded {
+                crate::stream::coded::StagePool::bytes(
+                    c.ex.threads(),
+                    crate::bind::streamed::CODED_READS,
+                )
+            } else {
+                0
+            },
             tokenizer: tokenizer_bytes(&req.args, &req.model_dir),
             // The index and the expert location tables the binding keeps (82,432 experts'
             // names at the released widths: about 100 MB).

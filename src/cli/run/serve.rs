@@ -5,7 +5,8 @@
 
 use super::inputs::{check_inputs, compute, Inputs};
 use super::memory::{largest_ctx, plan_memory, PlanInputs};
-use super::{open_packed, open_session, request_from_args, Bound, Request};
+use super::packed::open_packed;
+use super::{open_session, request_from_args, Bound, Request};
 use crate::bind::streamed::{self as bind, Prepared};
 use crate::census::Census;
 use crate::checkpoint::TensorIndex;
@@ -134,7 +135,7 @@ pub(crate) fn prepare_serve(
         census.check(&req.model_dir.display().to_string())?;
     }
     let prep = bind::prepare(&index, &inp.cfg, inp.layers)?;
-    let packed = open_packed(&req, &inp, &index)?;
+    let packed = open_packed(&req, &inp, &index, ex.threads())?;
     if req.ctx.is_none() {
         let pi = PlanInputs {
             req: &req,
@@ -143,6 +144,7 @@ pub(crate) fn prepare_serve(
             prep: &prep,
             ex: &ex,
             want_all: false,
+            coded: packed.as_ref().is_some_and(|(pt, _)| pt.codec.is_some()),
         };
         // none fits: plan one position so that the plan's own error names the shortfall
         inp.positions = largest_ctx(&pi, req.parallel).unwrap_or(1);
@@ -160,6 +162,7 @@ pub(crate) fn prepare_serve(
         prep: &prep,
         ex: &ex,
         want_all: false,
+        coded: packed.as_ref().is_some_and(|(pt, _)| pt.codec.is_some()),
     };
     let plan = plan_memory(&pi, &mut rep)?;
     Ok(ServePrepared {

@@ -91,7 +91,10 @@ impl PackedTrunk {
                 )));
             }
             let run_len = l.run_len();
-            if l.nbytes < run_len {
+            if !l.blocks.is_empty() {
+                // a coded run: its blocks are checked on their own; here its place
+                super::coded::check_blocks(l, self.align, bin_len, &lp)?;
+            } else if l.nbytes < run_len {
                 return Err(Error::invalid(format!(
                     "{lp}: nbytes {} is shorter than its tensors ({run_len} bytes)",
                     l.nbytes
@@ -101,11 +104,16 @@ impl PackedTrunk {
                 .file_off
                 .checked_add(l.nbytes)
                 .ok_or_else(|| overflow(&lp))?;
-            if l.file_off.saturating_add(run_len) > bin_len {
+            let stored = if l.blocks.is_empty() {
+                run_len
+            } else {
+                l.nbytes
+            };
+            if l.file_off.saturating_add(stored) > bin_len {
                 return Err(Error::invalid(format!(
                     "{lp}: run [{}, {}) lies past the end of {bpath} ({bin_len} bytes): trunk.bin is truncated or belongs to another layout",
                     l.file_off,
-                    l.file_off + run_len
+                    l.file_off + stored
                 )));
             }
             if l.file_off < prev_end {
@@ -204,12 +212,12 @@ fn check_tensors(
                 shape_str(&t.shape)
             )));
         }
-        if t.off.checked_add(t.nbytes).is_none_or(|e| e > l.nbytes) {
+        let run_bytes = l.blocks.last().map_or(l.nbytes, |b| b.end());
+        if t.off.checked_add(t.nbytes).is_none_or(|e| e > run_bytes) {
             return Err(Error::invalid(format!(
-                "{lp}: {name}: [{}, {}) lies outside the run ({} bytes)",
+                "{lp}: {name}: [{}, {}) lies outside the run ({run_bytes} bytes)",
                 t.off,
                 t.off.saturating_add(t.nbytes),
-                l.nbytes
             )));
         }
         let info = index
@@ -244,6 +252,9 @@ fn check_run_bytes(
     lp: &str,
 ) -> Result<()> {
     let sfile = IoFile::open(&index.shards()[shard].path)?;
+    if !l.blocks.is_empty() {
+        return super::coded::check_block_bytes(l, bin, &sfile, lp);
+    }
     let n = run_len.min(4096) as usize;
     let mut a = vec![0u8; n];
     let mut b = vec![0u8; n];

@@ -42,6 +42,20 @@ impl PackProgress {
     }
 }
 
+/// The codec [`pack`] codes the runs with (`k3 pack-trunk --codec`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Codec {
+    /// Threads that code blocks (each coded block is decoded again before it is written).
+    pub threads: usize,
+}
+
+/// The paths [`pack`] writes.
+struct Files<'a> {
+    out_dir: &'a Path,
+    bin_tmp: &'a Path,
+    json_tmp: &'a Path,
+}
+
 /// What [`pack`] wrote.
 #[derive(Debug, Clone)]
 pub struct PackSummary {
@@ -72,13 +86,19 @@ pub fn pack(
     cfg: &Config,
     index: &TensorIndex,
     out_dir: &Path,
+    codec: Option<Codec>,
     progress: &mut dyn FnMut(&PackProgress),
 ) -> Result<PackSummary> {
-    let trunk = PackedTrunk::plan(cfg, index)?;
+    let mut trunk = PackedTrunk::plan(cfg, index)?;
     check_out_dir(out_dir)?;
     let bin_tmp = out_dir.join(format!("{TRUNK_BIN}{TMP_SUFFIX}"));
     let json_tmp = out_dir.join(format!("{TRUNK_JSON}{TMP_SUFFIX}"));
-    let res = write_files(cfg, index, &trunk, out_dir, &bin_tmp, &json_tmp, progress);
+    let files = Files {
+        out_dir,
+        bin_tmp: &bin_tmp,
+        json_tmp: &json_tmp,
+    };
+    let res = write_files(cfg, index, &mut trunk, &files, codec, progress);
     if res.is_err() {
         let _ = std::fs::remove_file(&bin_tmp);
         let _ = std::fs::remove_file(&json_tmp);
@@ -153,23 +173,25 @@ fn write_error(path: &Path, what: &str, e: std::io::Error) -> Error {
 fn write_files(
     cfg: &Config,
     index: &TensorIndex,
-    trunk: &PackedTrunk,
-    out_dir: &Path,
-    bin_tmp: &Path,
-    json_tmp: &Path,
+    trunk: &mut PackedTrunk,
+    files: &Files<'_>,
+    codec: Option<Codec>,
     progress: &mut dyn FnMut(&PackProgress),
 ) -> Result<(f64, bool)> {
+    let (bin_tmp, json_tmp, out_dir) = (files.bin_tmp, files.json_tmp, files.out_dir);
     let out =
         std::fs::File::create(bin_tmp).map_err(|e| write_error(bin_tmp, "cannot create", e))?;
     let total = trunk.run_bytes();
     let mut buf = AlignedBuf::new(COPY_CHUNK + 2 * ALIGN)?;
     let t0 = Instant::now();
     let mut done = 0u64;
-    let mut unflushed = 0u64;
-    let mut flushed_to = 0u64;
     let mut direct = true;
+    let mut flush = Flush::default();
     let mut shards: Vec<Option<IoFile>> = index.shards().iter().map(|_| None).collect();
-    for (li, l) in trunk.layers.iter().enumerate() {
+    let n_layers = trunk.layers.len();
+    let mut cur = 0u64;
+    for li in 0..n_layers {
+        let l = &trunk.layers[li];
         let si = index
             .shards()
             .iter()
@@ -180,32 +202,46 @@ fn write_files(
         }
         let src = shards[si].as_ref().expect("opened above");
         let run_len = l.run_len();
-        let mut rel = 0u64;
-        while rel < run_len {
-            let n = ((run_len - rel) as usize).min(COPY_CHUNK);
-            let r = src.read_window(l.run_start + rel, n, &mut buf)?;
-            direct &= r.direct;
-            let at = l.file_off + rel;
-            out.write_all_at(&buf[r.pad..r.pad + n], at)
-                .map_err(|e| write_error(bin_tmp, &format!("write at offset {at} failed"), e))?;
-            rel += n as u64;
-            done += n as u64;
-            unflushed += n as u64;
-            if unflushed >= FLUSH_EVERY {
-                out.sync_data()
-                    .map_err(|e| write_error(bin_tmp, "write-back failed", e))?;
-                crate::io::sys::drop_file_cache(&out, flushed_to, at + n as u64 - flushed_to);
-                flushed_to = at + n as u64;
-                unflushed = 0;
-            }
+        let mut told = |n: u64, rel: u64| {
+            done += n;
             progress(&PackProgress {
                 layers_done: li + usize::from(rel == run_len),
-                layers: trunk.layers.len(),
+                layers: n_layers,
                 bytes_done: done,
                 bytes: total,
                 seconds: t0.elapsed().as_secs_f64(),
             });
+        };
+        match codec {
+            None => {
+                direct &= copy_run(src, l, &out, &mut buf, &mut flush, bin_tmp, &mut told)?;
+            }
+            Some(c) => {
+                let mut rel = 0u64;
+                let error =
+                    |at: u64, e| write_error(bin_tmp, &format!("write at offset {at} failed"), e);
+                let mut sink = super::coded::Sink {
+                    out: &out,
+                    cur,
+                    error: &error,
+                };
+                let blocks =
+                    super::coded::write_layer(src, l, &mut sink, &mut buf, c.threads, &mut |n| {
+                        rel += n;
+                        told(n, rel)
+                    })?;
+                cur = sink.cur;
+                let l = &mut trunk.layers[li];
+                l.file_off = blocks.first().map_or(cur, |b| b.off);
+                let end = blocks.last().map_or(cur, |b| b.off + b.clen);
+                l.nbytes = (end - l.file_off).div_ceil(ALIGN as u64) * ALIGN as u64;
+                l.blocks = blocks;
+                flush.written(&out, bin_tmp, cur, run_len)?;
+            }
         }
+    }
+    if codec.is_some() {
+        trunk.codec = Some(crate::stream::coded::CODEC_NAME.to_string());
     }
     // Zero padding of the last run's tail (and any gaps, which are already holes reading 0).
     out.set_len(trunk.bin_len())
@@ -216,7 +252,7 @@ fn write_files(
     drop(out);
     let seconds = t0.elapsed().as_secs_f64();
     // Read back and verify exactly what a runner will check (FORMATS.md §7.3).
-    let mut check = trunk.clone();
+    let mut check = (*trunk).clone();
     let bin = IoFile::open(bin_tmp)?;
     check
         .validate(cfg, index, &bin, json_tmp)
@@ -243,4 +279,56 @@ fn write_files(
         let _ = d.sync_all();
     }
     Ok((seconds, direct))
+}
+
+/// Write-back every [`FLUSH_EVERY`] bytes: the written range synced and dropped from the page
+/// cache, so packing 109 GB never fills memory with dirty pages.
+#[derive(Default)]
+struct Flush {
+    unflushed: u64,
+    flushed_to: u64,
+}
+
+impl Flush {
+    /// `n` more bytes were written, the file now reaching `end`.
+    fn written(&mut self, out: &std::fs::File, path: &Path, end: u64, n: u64) -> Result<()> {
+        self.unflushed += n;
+        if self.unflushed >= FLUSH_EVERY {
+            out.sync_data()
+                .map_err(|e| write_error(path, "write-back failed", e))?;
+            crate::io::sys::drop_file_cache(out, self.flushed_to, end - self.flushed_to);
+            self.flushed_to = end;
+            self.unflushed = 0;
+        }
+        Ok(())
+    }
+}
+
+/// Copies layer `l`'s run from `src` to its `file_off` in `out` as it lies in the shard, in
+/// direct reads of [`COPY_CHUNK`]; `told(n, rel)` after each chunk. Returns whether every read
+/// was direct.
+fn copy_run(
+    src: &IoFile,
+    l: &super::PackedLayer,
+    out: &std::fs::File,
+    buf: &mut AlignedBuf,
+    flush: &mut Flush,
+    path: &Path,
+    told: &mut dyn FnMut(u64, u64),
+) -> Result<bool> {
+    let run_len = l.run_len();
+    let mut direct = true;
+    let mut rel = 0u64;
+    while rel < run_len {
+        let n = ((run_len - rel) as usize).min(COPY_CHUNK);
+        let r = src.read_window(l.run_start + rel, n, buf)?;
+        direct &= r.direct;
+        let at = l.file_off + rel;
+        out.write_all_at(&buf[r.pad..r.pad + n], at)
+            .map_err(|e| write_error(path, &format!("write at offset {at} failed"), e))?;
+        rel += n as u64;
+        flush.written(out, path, at + n as u64, n as u64)?;
+        told(n as u64, rel);
+    }
+    Ok(direct)
 }

@@ -348,6 +348,7 @@ fn short_expert_read_fails_the_forward_and_publishes_nothing() {
         loaded: None,
         pieces: k3::stream::pieces::PieceMode::Part,
         io_depth: 1,
+        codec_threads: 1,
     };
     let mut b = bind(&index, &cfg, &prep, &conf).unwrap();
     // layer 1's experts are the first bytes of shard 2's data section: cut them off

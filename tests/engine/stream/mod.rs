@@ -2,6 +2,7 @@
 //! and I/O-depth setting, peak RSS, faults, the packed
 //! trunk (`k3 pack-trunk`), the expert cache and its policies, traces and `k3 sim-cache`.
 
+mod codec;
 mod expert_cache;
 mod faults;
 mod identity;

@@ -148,7 +148,7 @@ fn an_interrupted_pack_leaves_no_trunk_that_loads() {
     //    a kill): the .tmp files stay, nothing loads.
     let out = scratch_dir("pack_int_killed");
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        pack_lib(&cfg, &index, &out, &mut |p| {
+        pack_lib(&cfg, &index, &out, None, &mut |p| {
             if p.layers_done == 3 {
                 panic!("killed");
             }
@@ -170,7 +170,7 @@ fn an_interrupted_pack_leaves_no_trunk_that_loads() {
         .unwrap()
         .set_len(5000)
         .unwrap();
-    let e = pack_lib(&cfg, &index, &out, &mut |_| {}).unwrap_err();
+    let e = pack_lib(&cfg, &index, &out, None, &mut |_| {}).unwrap_err();
     assert_eq!(e.exit_code(), 4, "{e}");
     assert!(
         e.message.contains("model-00004-of-00007.safetensors") && e.message.contains("offset"),

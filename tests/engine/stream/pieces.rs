@@ -12,7 +12,7 @@ use std::path::Path;
 use stream_support::*;
 
 /// Each bound layer's piece lengths (forward order) under `mode`.
-fn pieces(model: &Path, mode: PieceMode) -> Vec<Vec<u64>> {
+pub(super) fn pieces(model: &Path, mode: PieceMode) -> Vec<Vec<u64>> {
     let cfg = k3::config::Config::from_file(&model.join("config.json")).unwrap();
     let index = k3::checkpoint::TensorIndex::open(model).unwrap();
     let prep = k3::stream::bind::prepare(&index, &cfg, cfg.num_hidden_layers).unwrap();
@@ -23,7 +23,7 @@ fn pieces(model: &Path, mode: PieceMode) -> Vec<Vec<u64>> {
 }
 
 /// The largest piece's buffer (a ring slot) under `mode`.
-fn slot(model: &Path, mode: PieceMode) -> u64 {
+pub(super) fn slot(model: &Path, mode: PieceMode) -> u64 {
     pieces(model, mode)
         .iter()
         .flatten()
