@@ -46,6 +46,7 @@ const RUN_FLAGS: &[&str] = &[
     "trunk-gb",
     "trunk-ring",
     "trunk-pieces",
+    "trunk-codec",
     "io-depth",
     "cache-gb",
     "prefill-chunk",
@@ -92,8 +93,9 @@ usage: k3 chat <model_dir> [options]
   --temperature T, --top-p P, --top-k K, --min-p M   sampling (default: generation_config.json,
                        else 1.0, 0.95, 0 off; min-p 0);  --seed S  (default: from the OS, printed)
   --tok DIR, --config PATH, --preset NAME, --mem-gb X, --trunk DIR, --trunk-gb X,
-  --trunk-ring N, --trunk-pieces M, --io-depth N, --cache-gb X, --cache-policy NAME,
-  --prefill-chunk N, --threads N, --isa NAME, --layers N   as for a run (k3 help run)
+  --trunk-ring N, --trunk-pieces M, --trunk-codec auto|on|off, --io-depth N, --cache-gb X,
+  --cache-policy NAME, --prefill-chunk N, --threads N, --isa NAME, --layers N
+                       as for a run (k3 help run)
   --quiet, --no-progress   no plan lines / no live line
 ";
 

@@ -52,6 +52,9 @@ const RUN_FLAGS: &[&str] = &[
     "trunk",
     "trunk-gb",
     "trunk-ring",
+    "trunk-pieces",
+    "trunk-codec",
+    "io-depth",
     "cache-gb",
     "cache-policy",
     "prefill-chunk",
@@ -88,7 +91,8 @@ usage: k3 serve <model_dir> [options]
   --model-id ID        the model name clients use (default: the directory name)
   --stop-id ID         extra end id (repeatable)
   Memory and compute as for run: --preset, --mem-gb, --trunk, --trunk-gb, --trunk-ring,
-  --cache-gb, --cache-policy, --prefill-chunk, --threads, --isa, --tok, --config, --layers
+  --trunk-pieces, --trunk-codec, --io-depth, --cache-gb, --cache-policy, --prefill-chunk,
+  --threads, --isa, --tok, --config, --layers
   --quiet              no plan lines (the startup and request lines stay)
 ";
 
