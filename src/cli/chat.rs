@@ -56,6 +56,7 @@ const RUN_FLAGS: &[&str] = &[
     "top-k",
     "min-p",
     "seed",
+    "spec",
     "threads",
     "isa",
     "layers",
@@ -92,6 +93,8 @@ usage: k3 chat <model_dir> [options]
   --ctx N              positions of the conversation (default: the largest that fits, printed)
   --temperature T, --top-p P, --top-k K, --min-p M   sampling (default: generation_config.json,
                        else 1.0, 0.95, 0 off; min-p 0);  --seed S  (default: from the OS, printed)
+  --spec K             speculative decoding: up to K drafted ids per sweep (0 to 64; default 0 =
+                       off); the same answers as without it (README: when it helps)
   --tok DIR, --config PATH, --preset NAME, --mem-gb X, --trunk DIR, --trunk-gb X,
   --trunk-ring N, --trunk-pieces M, --trunk-codec auto|on|off, --io-depth N, --cache-gb X,
   --cache-policy NAME, --prefill-chunk N, --threads N, --isa NAME, --layers N

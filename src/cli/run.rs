@@ -13,11 +13,10 @@ use crate::error::{Error, Result};
 use crate::generate::sample::{SamplerOverrides, Setting};
 use crate::io::{IoFile, OutFile};
 use crate::model::mla::MLA_FORM;
-use crate::plan::{gb_to_bytes, Budget, GB};
+use crate::plan::Budget;
 use crate::report::RunReport;
 use crate::run::{decode, DecodeOptions, OpenOptions, Run};
 use crate::stream::pieces::PieceMode;
-use crate::stream::policy::{DEFAULT_POLICY, POLICY_NAMES};
 use crate::stream::trace::{HIST_FILE, TRACE_FILE};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -26,6 +25,7 @@ use std::time::Instant;
 
 mod batch;
 pub(crate) mod chat_open;
+mod flags;
 mod inputs;
 mod memory;
 mod packed;
@@ -83,10 +83,6 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec::Switch("help"),
 ];
 
-/// The largest `--spec K`: a sweep's rows and the plan's scratch grow with K, and prompt
-/// lookup rarely keeps more.
-const MAX_SPEC: usize = 64;
-
 const RUN_USAGE: &str = "\
 usage: k3 <model_dir> [options]   (also: k3 run <model_dir> [options])
   --ids 1,2,3 | -p/--prompt TEXT | --prompt-file PATH (- = stdin)   the prompt (exactly one)
@@ -128,9 +124,6 @@ Sessions:
   --save-state PATH    save the sequence at the end (docs/formats.md#session-state-file; the last id stays pending)
   --load-state PATH    continue a saved sequence (then --ids/--prompt append, optional)
 ";
-
-/// The most reads in flight `--io-depth` accepts (each is a thread while it reads).
-const MAX_IO_DEPTH: usize = 64;
 
 /// The parsed run request (the prompt is resolved once the tokenizer is loaded).
 #[derive(Debug)]
@@ -186,120 +179,11 @@ struct Request {
     serve: bool,
 }
 
-/// A budget flag in decimal GB: a finite number > 0 (fractions allowed), as bytes.
-fn gb_flag(a: &Args, name: &str) -> Result<Option<u64>> {
-    match a.value(name)? {
-        None => Ok(None),
-        Some(v) => {
-            let x: f64 = v.trim().parse().map_err(|_| {
-                Error::invalid(format!(
-                    "flag `--{name} {v}`: expected a number of decimal GB (fractions allowed)"
-                ))
-            })?;
-            if x.is_nan() || x <= 0.0 {
-                return Err(Error::invalid(format!(
-                    "flag `--{name} {v}`: expected a positive number of decimal GB"
-                )));
-            }
-            if !x.is_finite() || x * GB >= u64::MAX as f64 {
-                return Err(Error::invalid(format!(
-                    "flag `--{name} {v}`: too large; expected at most {} decimal GB",
-                    (u64::MAX as f64 / GB).floor()
-                )));
-            }
-            let bytes = gb_to_bytes(x);
-            if bytes == 0 {
-                // Positive but below one byte: it would read as a budget of 0 later.
-                return Err(Error::invalid(format!(
-                    "flag `--{name} {v}`: {v} GB is less than one byte; expected a positive number of decimal GB"
-                )));
-            }
-            Ok(Some(bytes))
-        }
-    }
-}
-
 fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
     let Some(a) = Args::parse_or_help(argv, SPECS, RUN_USAGE)? else {
         return Ok(None);
     };
     request_from_args(a, "run").map(Some)
-}
-
-/// The memory budget flags (`--preset`, `--mem-gb`, `--trunk-gb`, `--cache-gb`,
-/// `--trunk-ring`; ENGINE.md §4). Errors (exit 2): an unknown preset, a bad size, a ring of 0,
-/// a fixed preset with `--mem-gb`.
-fn budget_flags(a: &Args) -> Result<Budget> {
-    let preset = match a.value("preset")? {
-        None => None,
-        Some(p) if p == "auto" => None,
-        Some(p) => Some(crate::plan::preset(&p).ok_or_else(|| {
-            Error::invalid(format!(
-                "flag `--preset {p}`: unknown preset (known: auto, {}; see k3 --list-presets)",
-                crate::plan::PRESETS
-                    .iter()
-                    .map(|p| p.name)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
-        })?),
-    };
-    let ring = a.parsed::<usize>("trunk-ring", "a positive integer")?;
-    if ring == Some(0) {
-        return Err(Error::invalid("flag `--trunk-ring`: must be at least 1"));
-    }
-    let budget = Budget {
-        preset,
-        mem: gb_flag(a, "mem-gb")?,
-        trunk: gb_flag(a, "trunk-gb")?,
-        cache: gb_flag(a, "cache-gb")?,
-        ring,
-    };
-    if let (Some(p), Some(_)) = (preset, budget.mem) {
-        return Err(Error::invalid(format!(
-            "flags `--preset {}` and `--mem-gb`: a fixed preset sets its own budgets; give one of them",
-            p.name
-        )));
-    }
-    Ok(budget)
-}
-
-/// `--trunk-pieces part|layer` and `--io-depth N` (1 to [`MAX_IO_DEPTH`]; ENGINE.md §5).
-/// Errors (exit 2): an unknown piece mode, a depth out of range.
-fn streaming_flags(a: &Args) -> Result<(PieceMode, Option<usize>)> {
-    let pieces = match a.value("trunk-pieces")? {
-        Some(v) => PieceMode::parse(&v)?,
-        None => PieceMode::default(),
-    };
-    let io_depth = a.parsed::<usize>("io-depth", "a positive integer")?;
-    if let Some(n) = io_depth {
-        if !(1..=MAX_IO_DEPTH).contains(&n) {
-            return Err(Error::invalid(format!(
-                "flag `--io-depth {n}`: expected 1 to {MAX_IO_DEPTH} reads in flight"
-            )));
-        }
-    }
-    Ok((pieces, io_depth))
-}
-
-/// `--stop-id ID` and `--stop TEXT` (both repeatable). Errors (exit 2): an id that is not a
-/// number, an empty stop string.
-fn stop_flags(a: &Args) -> Result<(Vec<u32>, Vec<String>)> {
-    let mut stop_ids = Vec::new();
-    for s in a.values("stop-id")? {
-        stop_ids.push(
-            s.trim().parse::<u32>().map_err(|_| {
-                Error::invalid(format!("flag `--stop-id`: `{s}` is not a token id"))
-            })?,
-        );
-    }
-    let stop_texts = a.values("stop")?;
-    if stop_texts.iter().any(|s| s.is_empty()) {
-        return Err(Error::invalid(
-            "flag `--stop \"\"`: a stop string must not be empty; give the text to stop at",
-        ));
-    }
-    Ok((stop_ids, stop_texts))
 }
 
 /// The request of parsed arguments; `cmd` is `run`, `chat` (which has no prompt flags: its
@@ -314,27 +198,11 @@ fn request_from_args(a: Args, cmd: &str) -> Result<Request> {
             if a.positional.len() == 1 { "" } else { "s" }
         )));
     }
-    let budget = budget_flags(&a)?;
-    let (pieces, io_depth) = streaming_flags(&a)?;
+    let budget = flags::budget_flags(&a)?;
+    let (pieces, io_depth) = flags::streaming_flags(&a)?;
     let trunk_codec = packed::CodecUse::from_args(&a)?;
-    let policy = a
-        .value("cache-policy")?
-        .unwrap_or_else(|| DEFAULT_POLICY.to_string());
-    if !POLICY_NAMES.contains(&policy.as_str()) {
-        return Err(Error::invalid(format!(
-            "flag `--cache-policy {policy}`: unknown policy (known: {})",
-            POLICY_NAMES.join(", ")
-        )));
-    }
-    let trunk_dir = a.value_os("trunk").map(PathBuf::from);
-    if let Some(t) = &trunk_dir {
-        if !t.is_dir() {
-            return Err(Error::invalid(format!(
-                "flag `--trunk {}`: not a directory (write a packed trunk with `k3 pack-trunk <model_dir> <out_dir>`)",
-                t.display()
-            )));
-        }
-    }
+    let policy = flags::cache_policy(&a)?;
+    let trunk_dir = flags::trunk_dir(&a)?;
     let mut sampling = SamplerOverrides::default();
     for s in Setting::ALL {
         if let Some(v) = a.value(&s.flag()[2..])? {
@@ -348,73 +216,15 @@ fn request_from_args(a: Args, cmd: &str) -> Result<Request> {
             model_dir.display()
         )));
     }
-    let batch = a.value_os("batch").map(PathBuf::from);
-    let prompts = a.present(&["prompt", "prompt-file", "ids"]);
-    let load_state = a.value_os("load-state").map(PathBuf::from);
-    match (&batch, prompts.first()) {
-        (None, None) if load_state.is_none() && cmd == "run" => {
-            return Err(Error::invalid(
-                "no prompt: give one of `--prompt TEXT`, `--prompt-file PATH`, `--ids 1,2,3`, `--batch FILE`",
-            ))
-        }
-        (Some(_), Some(p)) => {
-            return Err(Error::invalid(format!(
-                "flags `--batch` and `--{p}`: the batch file holds the prompts; give one of them"
-            )))
-        }
-        _ => {}
-    }
-    let parallel = a
-        .parsed::<usize>("parallel", "a positive integer")?
-        .unwrap_or(1);
-    if parallel == 0 {
-        return Err(Error::invalid("flag `--parallel 0`: must be at least 1"));
-    }
-    if !serve && batch.is_none() && a.value("parallel")?.is_some() {
-        return Err(Error::invalid(
-            "flag `--parallel`: decodes the sequences of `--batch FILE` together; give --batch",
-        ));
-    }
-    let spec = a
-        .parsed::<usize>("spec", "a non-negative integer")?
-        .unwrap_or(0);
-    if spec > MAX_SPEC {
-        return Err(Error::invalid(format!(
-            "flag `--spec {spec}`: expected 0 to {MAX_SPEC} drafted ids per sweep"
-        )));
-    }
-    if spec > 0 && a.switch("full-recompute") {
-        return Err(Error::invalid(
-            "flags `--spec` and `--full-recompute`: speculation runs incrementally; give one of them",
-        ));
-    }
+    let (batch, load_state) = flags::prompt_source(&a, cmd)?;
+    let parallel = flags::parallel(&a, serve || batch.is_some())?;
+    let spec = flags::spec(&a)?;
     let gen = a
         .parsed::<usize>("gen", "a non-negative integer")?
         .unwrap_or(16);
-    let chunk = a
-        .parsed::<usize>("prefill-chunk", "a positive integer")?
-        .unwrap_or(64);
-    if chunk == 0 {
-        return Err(Error::invalid("flag `--prefill-chunk`: must be at least 1"));
-    }
-    let (stop_ids, stop_texts) = stop_flags(&a)?;
-    let ctx = a.parsed::<usize>("ctx", "a positive integer")?;
-    if ctx == Some(0) {
-        return Err(Error::invalid("flag `--ctx 0`: must be at least 1"));
-    }
-    let threads = a.parsed::<usize>("threads", "a positive integer")?;
-    if let Some(t) = threads {
-        if !(1..=k3_kernels::pool::MAX_THREADS).contains(&t) {
-            return Err(Error::invalid(format!(
-                "flag `--threads {t}`: expected 1 to {}",
-                k3_kernels::pool::MAX_THREADS
-            )));
-        }
-    }
-    let layers = a.parsed::<usize>("layers", "a positive integer")?;
-    if layers == Some(0) {
-        return Err(Error::invalid("flag `--layers`: must be at least 1"));
-    }
+    let (stop_ids, stop_texts) = flags::stop_flags(&a)?;
+    let ctx = flags::positive(&a, "ctx")?;
+    let (chunk, threads, layers) = flags::compute_flags(&a)?;
     let (full_recompute, quiet, isa) = (
         a.switch("full-recompute"),
         a.switch("quiet"),
@@ -638,7 +448,6 @@ fn execute(
         rp: &rp,
     };
     let mut sess = open_session(req, &mut inp, &bound, ex, rep)?;
-    sess.spec.max_draft = req.spec;
     sess.tok = inp.tok.as_ref();
     rep.timing.load_seconds = t_load.elapsed().as_secs_f64();
     say(&rep.trunk_line());
@@ -694,7 +503,7 @@ struct Bound<'a> {
 }
 
 /// Binds the model as the plan says ([`Run::open`]) and makes it the session (computing with
-/// `ex`; `--full-recompute` set). Pinning can read up to the whole trunk (109 GB at the
+/// `ex`; `--full-recompute` and `--spec` set). Pinning can read up to the whole trunk (109 GB at the
 /// released widths) before the first token: on a terminal the progress says how far it is
 /// (ENGINE.md §6).
 ///
@@ -720,5 +529,6 @@ fn open_session<'t>(
     let run = Run::open(b.index, &inp.cfg, b.census, b.prep, open, rep)?;
     let mut sess = run.into_session(ex, req.chunk)?;
     sess.full_recompute = req.full_recompute;
+    sess.spec.max_draft = req.spec;
     Ok(sess)
 }

@@ -59,6 +59,7 @@ const RUN_FLAGS: &[&str] = &[
     "cache-policy",
     "prefill-chunk",
     "stop-id",
+    "spec",
     "threads",
     "isa",
     "layers",
@@ -90,6 +91,8 @@ usage: k3 serve <model_dir> [options]
   --log-prompts        put request bodies in the log (never by default)
   --model-id ID        the model name clients use (default: the directory name)
   --stop-id ID         extra end id (repeatable)
+  --spec K             speculative decoding in every slot: up to K drafted ids per sweep (0 to
+                       64; default 0 = off); the same replies as without it (README)
   Memory and compute as for run: --preset, --mem-gb, --trunk, --trunk-gb, --trunk-ring,
   --trunk-pieces, --trunk-codec, --io-depth, --cache-gb, --cache-policy, --prefill-chunk,
   --threads, --isa, --tok, --config, --layers

@@ -78,6 +78,7 @@ pub fn run_sizes(cfg: &Config, positions: usize, threads: usize) -> ModelSizes {
             all_logits: false,
             threads,
             sequences: 1,
+            decoding: 1,
             spec: 0,
             codec_staging: 0,
             tokenizer: TOKENIZER_BYTES,

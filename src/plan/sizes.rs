@@ -134,15 +134,19 @@ pub struct RunShape {
     pub all_logits: bool,
     /// Compute threads.
     pub threads: usize,
-    /// Sequences decoding together (`--parallel`; 1 for one sequence): each has its KDA state
-    /// and MLA cache for `positions`, and a step is one forward over one row of each.
+    /// Sequences held (those decoding together, `--parallel`, and the snapshot slots): each
+    /// has its KDA state and MLA cache for `positions`, and a step is one forward over one
+    /// row of each.
     pub sequences: usize,
+    /// Of [`RunShape::sequences`], those that decode (the others are snapshots): only they
+    /// draft under `--spec` (0 counts as all).
+    pub decoding: usize,
     /// Bytes of the tokenizer tables and of the tensor index in memory.
     pub tokenizer: u64,
     pub tensor_index: u64,
     /// `--spec K`: drafted ids per sweep at most (0 = off). A sweep runs up to K + 1 rows of
-    /// each sequence, all with logits, and each sequence keeps a copy of its KDA state and
-    /// conv history for the rollback (ENGINE.md §9, §10).
+    /// each decoding sequence, all with logits, and each decoding sequence keeps a copy of its
+    /// KDA state and conv history for the rollback (ENGINE.md §9, §10).
     pub spec: usize,
     /// Staging buffers of coded trunk reads (a packed trunk with a codec, decoded; 0
     /// otherwise), counted in the scratch.
@@ -154,16 +158,22 @@ impl ModelSizes {
     /// of one chunk of at most min(`chunk`, positions) positions (all rows with
     /// `all_logits`, else one), and the caller keeps one more row of V floats (the previous
     /// step's logits, or the copy of a chunk's last row) while the next forward computes.
-    /// Under `--spec K` a step's rows are K + 1 per sequence, each with logits, and the KDA
-    /// state is counted twice (the rollback copy).
+    /// Under `--spec K` a step's rows are K + 1 per decoding sequence, each with logits, and
+    /// each decoding sequence's KDA state is counted twice (the rollback copy).
     pub fn for_run(d: &Dims, r: RunShape) -> ModelSizes {
         let positions = r.positions.max(1);
         let seqs = r.sequences.max(1);
-        // a step's rows: one per sequence, K + 1 under speculation
-        let step_rows = seqs * (r.spec + 1);
+        let decoding = if r.decoding == 0 {
+            seqs
+        } else {
+            r.decoding.min(seqs)
+        };
+        // a step's rows: one per sequence, K more per decoding one under speculation
+        let step_rows = seqs + decoding * r.spec;
         let chunk = r.chunk.min(positions).max(step_rows);
         let logits_rows = if r.all_logits { chunk } else { step_rows };
-        let kda_copies = if r.spec > 0 { 2 } else { 1 };
+        // and each decoding one's rollback copy of its KDA state
+        let kda_states = seqs + if r.spec > 0 { decoding } else { 0 };
         let moe_bound = (0..r.layers).filter(|&l| l >= d.first_dense).count();
         let expert = crate::model::expert_bytes(d);
         let held_logits = 4 * d.v as u64 * seqs as u64;
@@ -180,9 +190,7 @@ impl ModelSizes {
             expert_stride: buffer_bytes(expert),
             experts_total: moe_bound * d.e,
             top_k: d.kt,
-            kda_state: DecodeState::kda_bytes(d, r.layers)
-                .saturating_mul(seqs as u64)
-                .saturating_mul(kda_copies),
+            kda_state: DecodeState::kda_bytes(d, r.layers).saturating_mul(kda_states as u64),
             mla_cache: DecodeState::mla_bytes(d, r.layers, positions).saturating_mul(seqs as u64),
             scratch: scratch_bytes(d, chunk, logits_rows)
                 + kernel_scratch_bytes(d, chunk, r.threads)
@@ -419,6 +427,32 @@ mod tests {
             threads: 1,
             ..RunShape::default()
         }
+    }
+
+    /// Speculation's rows and rollback copies are planned for the sequences that decode, not
+    /// for the snapshot slots (serve's prefix pool, chat's `/undo`).
+    #[test]
+    fn spec_plans_rows_and_kda_copies_of_decoding_sequences_only() {
+        let d = tiny();
+        let with = |sequences, decoding, spec| RunShape {
+            sequences,
+            decoding,
+            spec,
+            ..shape(&d, 32, false)
+        };
+        let one = DecodeState::kda_bytes(&d, d.nl);
+        // serve --parallel 4 with 4 snapshots: 8 states, 4 copies, 4 + 4 × 5 rows
+        let s = ModelSizes::for_run(&d, with(8, 4, 4));
+        assert_eq!(s.kda_state, 12 * one);
+        assert_eq!(s.logits_rows, 8 + 4 * 4);
+        // without --spec the snapshot slots keep their one row each, as before
+        let s = ModelSizes::for_run(&d, with(8, 4, 0));
+        assert_eq!((s.kda_state, s.logits_rows), (8 * one, 8));
+        // decoding 0 counts as all
+        assert_eq!(
+            ModelSizes::for_run(&d, with(2, 0, 3)),
+            ModelSizes::for_run(&d, with(2, 2, 3))
+        );
     }
 
     #[test]

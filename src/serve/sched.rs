@@ -84,6 +84,10 @@ pub struct Queue {
     pub parallel: usize,
 }
 
+/// One id a step chose for a slot: (the slot's index among the active ones, the id, the stop
+/// it made, the logits it was chosen from when the slot asked for logprobs).
+type ChosenId = (usize, u32, Option<StopReason>, Option<Arc<Vec<f32>>>);
+
 impl Queue {
     /// A queue of at most `max_waiting` waiting jobs for `parallel` slots.
     pub fn new(max_waiting: usize, parallel: usize) -> Queue {
@@ -292,16 +296,22 @@ impl Scheduler<'_> {
         sess: &mut Session<'_, T, E>,
         active: &mut Vec<Active>,
     ) {
-        let logits: Vec<Option<Arc<Vec<f32>>>> = active
+        // The logits each id is chosen from, for the slots that asked for logprobs: the
+        // pending ones for a step's first id; under speculation each later id of a sweep is
+        // chosen from its row's logits, told (`Logits`) just before it.
+        let wants: Vec<bool> = active.iter().map(|a| a.logprobs).collect();
+        let mut current: Vec<Option<Arc<Vec<f32>>>> = active
             .iter()
             .map(|a| a.logprobs.then(|| Arc::new(a.seq.logits().to_vec())))
             .collect();
-        let mut chosen: Vec<(usize, u32, Option<StopReason>)> = Vec::new();
+        let mut chosen: Vec<ChosenId> = Vec::new();
         let res = {
             let mut refs: Vec<&mut Sequence> = active.iter_mut().map(|a| &mut a.seq).collect();
             sess.step(&mut refs, &mut |ev| {
-                if let StepEvent::Chosen(i, c) = ev {
-                    chosen.push((i, c.id, c.stop));
+                match ev {
+                    StepEvent::Chosen(i, c) => chosen.push((i, c.id, c.stop, current[i].clone())),
+                    StepEvent::Logits(i, l) if wants[i] => current[i] = Some(Arc::new(l.to_vec())),
+                    _ => {}
                 }
                 Ok(())
             })
@@ -320,12 +330,9 @@ impl Scheduler<'_> {
                 let ending = chosen.iter().filter(|c| c.2.is_some()).count();
                 self.queue.set_active(active.len() - ending);
                 let mut gone = vec![false; active.len()];
-                for (i, id, stop) in chosen {
+                for (i, id, stop, logits) in chosen {
                     let a = &active[i];
-                    let tok = Event::Token {
-                        id,
-                        logits: logits[i].clone(),
-                    };
+                    let tok = Event::Token { id, logits };
                     let mut ok = a.events.send(tok).is_ok();
                     if let Some(r) = stop {
                         ok = ok && a.events.send(Event::Done(r)).is_ok();

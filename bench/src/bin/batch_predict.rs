@@ -39,6 +39,7 @@ fn sizes(cfg: &Config, d: &Dims, sequences: usize) -> ModelSizes {
             all_logits: false,
             threads: 8,
             sequences,
+            decoding: sequences,
             // As measured on the released checkpoint (tests/engine/support/released.rs).
             tokenizer: 5_600_000,
             tensor_index: 21_000_000,

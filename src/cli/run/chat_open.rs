@@ -20,8 +20,9 @@ use crate::report::RunReport;
 use crate::run::RunSession;
 use crate::tokenizer::Tokenizer;
 
-/// Sequences the chat plans for: the live one and the snapshot held for `/undo`.
-const CHAT_SEQUENCES: usize = 2;
+/// The chat plans one live sequence (the one that decodes, and drafts under `--spec`) and
+/// one snapshot slot, held for `/undo`.
+const CHAT_SNAPSHOTS: usize = 1;
 
 /// A model opened for chat.
 pub(crate) struct ChatModel {
@@ -55,7 +56,8 @@ pub(crate) struct ChatModel {
 /// tokenizer (exit 2), a bad `generation_config.json` (exit 2).
 pub(crate) fn open(a: Args) -> Result<ChatModel> {
     let mut req = request_from_args(a, "chat")?;
-    req.parallel = CHAT_SEQUENCES;
+    req.parallel = 1;
+    req.snapshots = Some(CHAT_SNAPSHOTS);
     let quiet = req.quiet;
     let say = |s: &str| {
         if !quiet {
@@ -97,7 +99,7 @@ pub(crate) fn open(a: Args) -> Result<ChatModel> {
                 want_all: false,
                 coded: packed.as_ref().is_some_and(|(pt, _)| pt.codec.is_some()),
             };
-            let c = largest_ctx(&pi, CHAT_SEQUENCES)?;
+            let c = largest_ctx(&pi, 1)?;
             say(&format!(
                 "context: {c} positions (the largest that fits; give --ctx N for another)"
             ));

@@ -132,6 +132,7 @@ pub(super) fn model_sizes(c: &PlanInputs<'_>, par: usize, positions: usize) -> M
             all_logits: c.want_all,
             threads: c.ex.threads(),
             sequences: par + req.snapshots.unwrap_or(par),
+            decoding: par,
             spec: req.spec,
             codec_staging: if c.coded {
                 crate::stream::coded::StagePool::bytes(

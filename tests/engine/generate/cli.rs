@@ -75,6 +75,7 @@ fn sampled_ids_are_identical_on_every_path_budget_and_mode() {
     };
     let want = run(&["--threads", "1"], "t1");
     assert_eq!(want.0.as_array().unwrap().len(), 10);
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut variants: Vec<(Vec<&str>, &str)> = vec![
         (vec!["--threads", "2"], "t2"),
         (vec!["--threads", "3"], "t3"),

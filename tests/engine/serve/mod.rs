@@ -7,6 +7,7 @@ mod bad_input;
 mod concurrency;
 mod disconnect;
 mod log;
+mod spec;
 mod startup;
 mod support;
 mod text;

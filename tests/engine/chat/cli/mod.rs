@@ -9,6 +9,7 @@ mod flags;
 mod refusals;
 mod replies;
 mod session;
+mod spec;
 mod terminal;
 
 use crate::support::{fixture, k3, scratch_dir};
