@@ -113,9 +113,9 @@ Memory (decimal GB, fractions allowed; see k3 --list-presets):
   --trunk-gb X         trunk budget: pinned layers + ring slots
   --trunk-ring N       ring slots (default 2; 1 only if two piece slots exceed a layer's)
   --trunk-pieces part|layer   stream layers cut at their parts (default) or whole
-  --trunk-codec auto|on|off   a packed trunk with a codec: decode it where decoding outruns
-                       the disk (auto, measured when the run opens), always, or never (the
-                       trunk is then read from the shards)
+  --trunk-codec auto|on|off   a packed trunk with a codec: decode it where reading fewer bytes
+                       and decoding them beats reading raw ones (auto, measured when the run
+                       opens), always, or never (the trunk is then read from the shards)
   --io-depth N         reads in flight per trunk piece, lm_head chunk and expert batch
                        (1-64; default 1 for trunk and lm_head, 4 for experts)
   --cache-gb X         expert-cache budget (at least top-k experts)

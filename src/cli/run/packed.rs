@@ -116,11 +116,13 @@ pub(super) fn open_packed(
                 .collect();
             let sp = probe(&bin, &blocks, &pool)?;
             let speeds = format!(
-                "decoding {:.2} GB/s on {} thread{} against the disk's {:.2} GB/s",
+                "decoding {:.2} GB/s on {} thread{} against the {:.2} GB/s it must beat (the disk's {:.2} GB/s ÷ the {:.1} % the codec saves)",
                 sp.decode_bytes_per_s / 1e9,
                 sp.threads,
                 if sp.threads == 1 { "" } else { "s" },
-                sp.disk_bytes_per_s / 1e9
+                sp.break_even_bytes_per_s() / 1e9,
+                sp.disk_bytes_per_s / 1e9,
+                100.0 * (1.0 - sp.coded_ratio)
             );
             if sp.pays() {
                 say(&format!("trunk codec {codec}: {share}; {speeds}: decoded"));

@@ -3,7 +3,7 @@
 //! holes; the engine indexes it, takes its census and plans it from the headers alone. Here at
 //! 5 layers (4 MoE layers of 896 experts: 21,504 expert tensors) so that it takes a second;
 //! the full 93-layer checkpoint (497,220 tensors, 1.56 TB apparent) is `cargo xtask synth
-//! --sparse --released`, run in bench/ (bench/results/sparse-released-*.md).
+//! --sparse --released`, run in bench/ (bench/results/sparse-released-*.tsv).
 
 use crate::support;
 
