@@ -107,6 +107,8 @@ struct ChatFlags {
     req: Request,
     max_reply: Option<u64>,
     history: Option<History>,
+    /// What the chat reads (and its `--history`): `/save` may not write there.
+    inputs: files::Inputs,
     /// `--messages` was given: answer it first.
     answer_first: bool,
 }
@@ -167,14 +169,19 @@ fn chat_flags(a: &Args) -> Result<ChatFlags> {
     if max_reply == Some(0) {
         return Err(Error::invalid("flag `--max-reply 0`: must be at least 1"));
     }
+    let mut inputs = files::Inputs::from_args(a);
     let history = match a.value_os("history") {
-        Some(p) => Some(History::open(&PathBuf::from(p))?),
+        Some(p) => Some(History::open(&PathBuf::from(p), &inputs)?),
         None => None,
     };
+    if let Some(h) = &history {
+        inputs.add_file(h.path());
+    }
     Ok(ChatFlags {
         req,
         max_reply,
         history,
+        inputs,
         answer_first: messages.is_some(),
     })
 }
@@ -260,6 +267,7 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         conv: Conversation::new(flags.req, opts),
         display: Display::new(live, flags.max_reply),
         history: flags.history,
+        inputs: flags.inputs,
         interactive,
         quiet,
         results: Vec::new(),
@@ -310,6 +318,8 @@ struct Chat {
     conv: Conversation,
     display: Display,
     history: Option<History>,
+    /// What `/save` may not write over ([`files::Inputs`]).
+    inputs: files::Inputs,
     interactive: bool,
     quiet: bool,
     /// Results of the last reply's calls gathered so far.
@@ -352,7 +362,7 @@ impl Chat {
             }
             Entry::Undo => self.undo(),
             Entry::Think(arg) => self.think(model, &arg),
-            Entry::Save(path) => files::save(&self.conv, model, &path).map(|()| {
+            Entry::Save(path) => files::save(&self.conv, model, &path, &self.inputs).map(|()| {
                 self.say(&format!(
                     "saved {path} (state) and {path}.json (transcript)"
                 ));

@@ -14,6 +14,44 @@ use crate::io::OutFile;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+/// The files and directories a chat reads (the model, `--tok`, `--trunk`, `--config`,
+/// `--system-file`, `--tools`, `--messages`) and its `--history` file: no file the chat writes
+/// (`--history`, `/save`) may be one of them (`io::out::check_not_input`, by device and inode).
+#[derive(Debug, Default, Clone)]
+pub struct Inputs {
+    dirs: Vec<PathBuf>,
+    files: Vec<PathBuf>,
+}
+
+impl Inputs {
+    /// The inputs named by the chat's arguments (`model_dir` is its one positional argument).
+    pub fn from_args(a: &crate::cli::args::Args) -> Inputs {
+        let mut x = Inputs::default();
+        x.dirs.extend(a.positional.first().map(PathBuf::from));
+        for d in ["tok", "trunk"] {
+            x.dirs.extend(a.value_os(d).map(PathBuf::from));
+        }
+        for f in ["config", "system-file", "tools", "messages"] {
+            x.files.extend(a.value_os(f).map(PathBuf::from));
+        }
+        x
+    }
+
+    /// Adds `path` (the `--history` file) to the files an output may not replace.
+    pub fn add_file(&mut self, path: &Path) {
+        self.files.push(path.to_path_buf());
+    }
+
+    /// Refuses `path` as an output named `flag` when it is one of the inputs.
+    ///
+    /// Errors (exit 2): naming the flag or command, the path and the input it would replace.
+    pub fn check(&self, flag: &str, path: &Path) -> Result<()> {
+        let dirs: Vec<&Path> = self.dirs.iter().map(PathBuf::as_path).collect();
+        let files: Vec<&Path> = self.files.iter().map(PathBuf::as_path).collect();
+        crate::io::out::check_not_input(flag, path, &dirs, &files)
+    }
+}
+
 /// `--history FILE`, open for appending.
 pub struct History {
     path: PathBuf,
@@ -23,8 +61,10 @@ pub struct History {
 impl History {
     /// Opens (or creates) `path` for appending.
     ///
-    /// Errors (exit 2): it cannot be opened, naming the flag and the file.
-    pub fn open(path: &Path) -> Result<History> {
+    /// Errors (exit 2): it is one of the chat's `inputs`, or it cannot be opened, naming the
+    /// flag and the file.
+    pub fn open(path: &Path, inputs: &Inputs) -> Result<History> {
+        inputs.check("--history", path)?;
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -39,6 +79,11 @@ impl History {
             path: path.to_path_buf(),
             file,
         })
+    }
+
+    /// The file appended to.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// Appends the lines of exchange `turn` ([`history_lines`]).
@@ -83,8 +128,9 @@ fn transcript_path(path: &str) -> PathBuf {
 /// FILE.json, each written to a temporary and renamed.
 ///
 /// Errors: nothing to save yet, or the last answer was interrupted or the conversation is to
-/// be run again (exit 2); the files (exit 2 for a bad path, 3/4 when writing fails).
-pub fn save(conv: &Conversation, model: &ChatModel, path: &str) -> Result<()> {
+/// be run again (exit 2); either file one of the chat's `inputs` or its `--history` file
+/// (exit 2); the files (exit 2 for a bad path, 3/4 when writing fails).
+pub fn save(conv: &Conversation, model: &ChatModel, path: &str, inputs: &Inputs) -> Result<()> {
     let seq = conv
         .sequence()
         .ok_or_else(|| Error::invalid("/save: nothing to save yet (send a message first)"))?;
@@ -102,6 +148,9 @@ pub fn save(conv: &Conversation, model: &ChatModel, path: &str) -> Result<()> {
         .sum();
     let st = seq.to_state(before as u64)?;
     let tpath = transcript_path(path);
+    for p in [Path::new(path), tpath.as_path()] {
+        inputs.check("/save", p)?;
+    }
     let mut t = OutFile::create("/save", &tpath, "the transcript")?;
     let state = OutFile::create("/save", Path::new(path), "the state file")?;
     state_file::save_to(state, &model.identity, &st)?;

@@ -237,3 +237,54 @@ fn a_system_flag_with_a_messages_file_that_has_one_is_refused() {
         }
     }
 }
+
+/// No file the chat writes may be one it reads: `--history` and `/save FILE` (the state at
+/// FILE, the transcript at FILE.json) onto the model's config or tokenizer, a `--tools` file,
+/// or `/save` onto the `--history` file, are exit 2 naming the flag or command and the input,
+/// and every file keeps its bytes (they were replaced: a user's trial broke the model).
+#[test]
+fn outputs_never_replace_the_chat_inputs() {
+    use super::chat_in;
+    let m = crate::support::copy_dir(std::path::Path::new(&model()), "chat-outputs-model");
+    let tools = m.join("tools.json");
+    std::fs::write(&tools, "[]").unwrap();
+    let snapshot = |d: &std::path::Path| -> Vec<(String, Vec<u8>)> {
+        let mut v: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .map(|p| (p.display().to_string(), std::fs::read(&p).unwrap()))
+            .collect();
+        v.sort();
+        v
+    };
+    let before = snapshot(&m);
+    let ms = m.display().to_string();
+    let tl = tools.display().to_string();
+    let config = m.join("config.json").display().to_string();
+    let stem = m.join("config").display().to_string(); // its transcript is config.json
+    let tiktoken = m.join("tiktoken.model").display().to_string();
+    let base = ["--ctx", "300", "--seed", "1", "--max-reply", "2", "--tools", tl.as_str()];
+    // --history onto an input: refused before the model opens
+    for target in [&config, &tiktoken, &tl] {
+        let o = run_k3(
+            [&["chat", ms.as_str()][..], &base[..], &["--history", target.as_str()]].concat(),
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "--history {target}: {err}");
+        assert!(
+            err.contains("--history") && err.contains("an input of this run"),
+            "{err}"
+        );
+    }
+    // /save onto an input, its transcript onto one, or onto the --history file
+    for target in [&config, &stem, &tiktoken, &"history.jsonl".to_string()] {
+        let c = chat_in(&ms, "chat-outputs", &base, &format!("Hi\n/save {target}\n"), None);
+        assert_eq!(c.code(), 2, "/save {target}: {}", c.stderr());
+        assert!(
+            c.stderr().contains("/save") && c.stderr().contains("an input of this run"),
+            "/save {target}: {}",
+            c.stderr()
+        );
+    }
+    assert!(snapshot(&m) == before, "a model file changed");
+}
