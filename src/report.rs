@@ -348,10 +348,18 @@ impl RunReport {
         }
     }
 
+    /// Ids generated: the run's, or with `--batch` every sequence's together.
+    pub fn generated_count(&self) -> usize {
+        match &self.batch {
+            Some(b) => b.tokens as usize,
+            None => self.generated_ids.len(),
+        }
+    }
+
     /// Bytes read per generated token: every expert, trunk and model-table byte read during
-    /// the run ÷ generated tokens (0 without tokens).
+    /// the run ÷ generated tokens (every sequence's with `--batch`; 0 without tokens).
     pub fn bytes_per_token(&self) -> u64 {
-        let n = self.generated_ids.len() as u64;
+        let n = self.generated_count() as u64;
         let total = self.cache.bytes_read
             + self.trunk.stats.bytes_read
             + self.tables.embedding_bytes_read
@@ -363,11 +371,27 @@ impl RunReport {
     /// trunk with the I/O share, the logits hash (`logits hash: <16 hex>`), peak RSS. Sizes
     /// in [`gb`]'s style; counts with their noun.
     pub fn summary_lines(&self) -> String {
-        let n = self.generated_ids.len();
+        let n = self.generated_count();
         let spt = self.timing.seconds_per_token(n);
         let (c, t, tr) = (&self.cache, &self.timing, &self.trunk.stats);
         let rate = |b: u64, s: f64| gb(if s > 0.0 { (b as f64 / s) as u64 } else { 0 });
-        let mut s = format!(
+        let mut s = match &self.batch {
+            // a batch: its totals (each sequence's ids, stop and hash are on its own line)
+            Some(b) => format!(
+                "summary: batch of {} (--parallel {}), {} in {}, {:.3} s wall (load {:.3} s, prefill {:.3} s, decode {:.3} s), {:.4} s/token, {:.2} tokens/s, {} read per token\n",
+                count(b.sequences, "sequence", "sequences"),
+                b.parallel,
+                count(b.tokens, "generated token", "generated tokens"),
+                count(b.sweeps, "sweep", "sweeps"),
+                t.wall_seconds,
+                t.load_seconds,
+                t.prefill_seconds,
+                t.decode_seconds,
+                spt,
+                if spt > 0.0 { 1.0 / spt } else { 0.0 },
+                gb(self.bytes_per_token()),
+            ),
+            None => format!(
             "summary: {} + {}, {:.3} s wall (load {:.3} s, prefill {:.3} s, decode {:.3} s), {:.4} s/token, {:.2} tokens/s, {} read per token, stop: {}\n",
             count(self.prompt_ids.len() as u64, "prompt token", "prompt tokens"),
             count(n as u64, "generated token", "generated tokens"),
@@ -379,7 +403,8 @@ impl RunReport {
             if spt > 0.0 { 1.0 / spt } else { 0.0 },
             gb(self.bytes_per_token()),
             self.stop_reason
-        );
+        ),
+        };
         if let Some(p) = &self.speculation {
             s += &format!(
                 "speculation: --spec {}, {} of {} accepted ({}), {:.2} ids per sweep over {}, verify {:.3} s\n",
@@ -424,11 +449,15 @@ impl RunReport {
                 self.tables.read_seconds
             );
         }
-        s += &format!(
-            "logits hash: {} ({})\n",
-            hex(self.logits_hash),
-            count(self.logits_hashed as u64, "vector", "vectors")
-        );
+        if self.batch.is_some() {
+            s += "logits hash: one per sequence, on its output line\n";
+        } else {
+            s += &format!(
+                "logits hash: {} ({})\n",
+                hex(self.logits_hash),
+                count(self.logits_hashed as u64, "vector", "vectors")
+            );
+        }
         s += &format!("peak RSS: {}", gb(self.peak_rss_bytes));
         s
     }

@@ -15,7 +15,7 @@ fn stats_obj(o: Object, s: &ExpertStats) -> Object {
 impl RunReport {
     /// The JSON document of FORMATS.md §10.
     pub fn to_json(&self) -> Value {
-        let n = self.generated_ids.len();
+        let n = self.generated_count();
         let spt = self.timing.seconds_per_token(n);
         let steps = self.steps_json();
         let mut full = self.prompt_ids.clone();

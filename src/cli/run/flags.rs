@@ -155,7 +155,7 @@ pub(super) fn trunk_dir(a: &Args) -> Result<Option<PathBuf>> {
 
 /// Where the prompts come from: `--batch FILE` and `--load-state PATH` (the prompt flags
 /// themselves are read once the tokenizer is loaded). Errors (exit 2): `run` without any
-/// prompt, `--batch` with a prompt flag.
+/// prompt, `--batch` with a prompt flag or `--dump-logits` (one sequence's).
 pub(super) fn prompt_source(a: &Args, cmd: &str) -> Result<(Option<PathBuf>, Option<PathBuf>)> {
     let batch = a.value_os("batch").map(PathBuf::from);
     let prompts = a.present(&["prompt", "prompt-file", "ids"]);
@@ -172,6 +172,11 @@ pub(super) fn prompt_source(a: &Args, cmd: &str) -> Result<(Option<PathBuf>, Opt
             )))
         }
         _ => {}
+    }
+    if batch.is_some() && a.value_os("dump-logits").is_some() {
+        return Err(Error::invalid(
+            "flags `--dump-logits` and `--batch`: the dump holds one sequence's logits (give one of them)",
+        ));
     }
     Ok((batch, load_state))
 }

@@ -495,3 +495,28 @@ fn bad_state_files_and_combinations_are_refused() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("routed_scaling_factor="), "{err}");
 }
+
+/// A batch's summary counts every sequence's ids (it said "0 generated tokens", "0.00
+/// tokens/s" and a zero logits hash), as do `--out`'s `seconds_per_token` and bytes per
+/// token; `--dump-logits` (one sequence's logits) with `--batch` is refused, not ignored.
+#[test]
+fn a_batch_summary_counts_every_sequence_and_refuses_dump_logits() {
+    let m = fixture("tiny-k3");
+    let dir = scratch_dir("batch-summary");
+    let file = dir.join("b.jsonl");
+    std::fs::write(&file, "{\"ids\":[1,2,3],\"gen\":4}\n{\"ids\":[5,6],\"gen\":3}\n").unwrap();
+    let (m, f) = (m.to_str().unwrap(), file.to_str().unwrap());
+    let (_, err, rep) = ok(&[m, "--batch", f, "--parallel", "2"], "batch-summary");
+    assert!(
+        err.contains("summary: batch of 2 sequences (--parallel 2), 7 generated tokens in"),
+        "{err}"
+    );
+    assert!(err.contains("logits hash: one per sequence"), "{err}");
+    assert!(!err.contains("0000000000000000"), "{err}");
+    assert!(rep["timing"]["seconds_per_token"].as_f64().unwrap() > 0.0, "{rep}");
+    let dump = dir.join("x.f32");
+    let (code, err) = fails(&[m, "--batch", f, "--dump-logits", dump.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("`--dump-logits` and `--batch`"), "{err}");
+    assert!(!dump.exists());
+}
