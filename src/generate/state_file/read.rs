@@ -15,8 +15,8 @@ use std::path::Path;
 /// Errors: exit 2 for every refusal (wrong magic, version, header_len, other config — the
 /// first differing `key=value` —, other weights, header fields that differ from the running
 /// model, n_ids ≠ n_pos + 1, a size other than the formula, a checksum mismatch, an id ≥ V,
-/// sampler settings out of range) and for a file that cannot be opened; exit 4 for a read
-/// failure. Messages start with the path.
+/// sampler settings out of range) and for a file that cannot be opened or is a directory;
+/// exit 4 for a read failure. Messages start with the path.
 pub fn load(flag: &str, path: &Path, id: &StateIdentity) -> Result<SequenceState> {
     let name = path.display().to_string();
     let f = std::fs::File::open(path).map_err(|e| {
@@ -24,10 +24,16 @@ pub fn load(flag: &str, path: &Path, id: &StateIdentity) -> Result<SequenceState
             "flag `{flag} {name}`: cannot open the state file: {e}"
         ))
     })?;
-    let len = f
+    let meta = f
         .metadata()
-        .map_err(|e| Error::io(format!("{name}: cannot read the file size: {e}")))?
-        .len();
+        .map_err(|e| Error::io(format!("{name}: cannot read the file size: {e}")))?;
+    // a directory opens on Linux and fails only at the first read (that was exit 4)
+    if meta.is_dir() {
+        return Err(Error::invalid(format!(
+            "flag `{flag} {name}`: is a directory; give a state file (written by --save-state or /save)"
+        )));
+    }
+    let len = meta.len();
     read_from(
         std::io::BufReader::with_capacity(1 << 16, f),
         len,

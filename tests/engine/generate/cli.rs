@@ -475,7 +475,8 @@ fn bad_state_files_and_combinations_are_refused() {
     let mid = f.len() / 2;
     f[mid] ^= 1;
     std::fs::write(&flip, &f).unwrap();
-    for p in [&cut, &flip] {
+    // and a directory (it opens, then failed at the first read: exit 4)
+    for p in [&cut, &flip, &dir] {
         let (code, err) = fails(&[&m, "--load-state", p.to_str().unwrap(), "--gen", "2"]);
         assert_eq!(code, 2, "{err}");
         assert!(err.contains(p.to_str().unwrap()), "{err}");
