@@ -224,3 +224,13 @@ fn messages_file_is_answered_then_the_lines() {
         Some("2".into())
     );
 }
+
+/// Blank lines (a stray Enter, the gaps of a piped file) are no message: only the one line of
+/// text is answered (each blank line was sent as an empty turn).
+#[test]
+fn blank_lines_are_not_messages() {
+    let c = chat("chat-blank-lines", SAMPLED, "\n  \nHello there\n\n\t\n", None);
+    assert_eq!(c.code(), 0, "{}", c.stderr());
+    assert_eq!(c.replies().len(), 1, "{}", c.stderr());
+    assert_eq!(c.inputs().len(), 1);
+}
