@@ -24,7 +24,7 @@ pub(super) type Entries = Vec<std::result::Result<BatchItem, (u64, Error)>>;
 
 /// Reads and checks the `--batch` file against the model: every line parsed, its prompt
 /// encoded, its `--ctx`, stop rules and seed settled. Errors (exit 2): the file cannot be
-/// read; a bad line is its own entry's error.
+/// read or holds no input line; a bad line is its own entry's error.
 pub(super) fn entries(
     req: &Request,
     path: &Path,
@@ -99,6 +99,13 @@ pub(super) fn entries(
             })
         });
         out.push(item.map_err(at));
+    }
+    if out.is_empty() {
+        // nothing to run: an empty file (or only blank lines) is a mistake, not a batch
+        return Err(Error::invalid(format!(
+            "flag `--batch {file}`: no input lines (give one JSON object per line, \
+             {{\"prompt\": TEXT}} or {{\"ids\": [...]}})"
+        )));
     }
     Ok(out)
 }

@@ -499,7 +499,8 @@ fn bad_state_files_and_combinations_are_refused() {
 
 /// A batch's summary counts every sequence's ids (it said "0 generated tokens", "0.00
 /// tokens/s" and a zero logits hash), as do `--out`'s `seconds_per_token` and bytes per
-/// token; `--dump-logits` (one sequence's logits) with `--batch` is refused, not ignored.
+/// token; `--dump-logits` (one sequence's logits) with `--batch` is refused, not ignored, and
+/// so is a batch file without an input line.
 #[test]
 fn a_batch_summary_counts_every_sequence_and_refuses_dump_logits() {
     let m = fixture("tiny-k3");
@@ -520,4 +521,12 @@ fn a_batch_summary_counts_every_sequence_and_refuses_dump_logits() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("`--dump-logits` and `--batch`"), "{err}");
     assert!(!dump.exists());
+    // a file without an input line is refused (it printed nothing and succeeded)
+    for (name, text) in [("empty", ""), ("blank", "\n  \n")] {
+        let e = dir.join(format!("{name}.jsonl"));
+        std::fs::write(&e, text).unwrap();
+        let (code, err) = fails(&[m, "--batch", e.to_str().unwrap()]);
+        assert_eq!(code, 2, "{name}: {err}");
+        assert!(err.contains("no input lines"), "{name}: {err}");
+    }
 }
