@@ -56,6 +56,18 @@ impl ApiError {
         }
     }
 
+    /// 404 `model_not_found`: `id` is not the served model `served` (`param` is `model`, as
+    /// the OpenAI API answers both a request's `model` and `GET /v1/models/{id}`).
+    pub fn model_not_found(id: &str, served: &str) -> ApiError {
+        ApiError {
+            status: 404,
+            kind: "invalid_request_error",
+            message: format!("model: `{id}` does not exist; this server serves `{served}`"),
+            param: Some("model".to_string()),
+            code: Some("model_not_found"),
+        }
+    }
+
     /// A refusal of the chat layer (`messages[1].content: …`), its field path as `param`.
     pub fn from_chat(e: &Error) -> ApiError {
         let param = e

@@ -266,15 +266,20 @@ pub fn completion(
     o.into()
 }
 
-/// `GET /v1/models`: the one model.
-pub fn models(model: &str, created: u64) -> Value {
-    let m = Object::new()
+/// The model object of `model` (an entry of `GET /v1/models`, and `GET /v1/models/{id}`).
+pub fn model(model: &str, created: u64) -> Value {
+    Object::new()
         .with("id", model)
         .with("object", "model")
         .with("created", created)
-        .with("owned_by", "k3");
+        .with("owned_by", "k3")
+        .into()
+}
+
+/// `GET /v1/models`: the one model.
+pub fn models(model: &str, created: u64) -> Value {
     Object::new()
         .with("object", "list")
-        .with("data", vec![Value::from(m)])
+        .with("data", vec![self::model(model, created)])
         .into()
 }

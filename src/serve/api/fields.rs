@@ -119,16 +119,7 @@ pub(super) fn check_model(o: &Object, lim: &Limits) -> Result<(), ApiError> {
             format!("missing; this server serves `{}`", lim.model_id),
         )),
         Some(Value::String(m)) if *m == lim.model_id => Ok(()),
-        Some(Value::String(m)) => Err(ApiError {
-            status: 404,
-            kind: "invalid_request_error",
-            message: format!(
-                "model: `{m}` does not exist; this server serves `{}`",
-                lim.model_id
-            ),
-            param: Some("model".to_string()),
-            code: Some("model_not_found"),
-        }),
+        Some(Value::String(m)) => Err(ApiError::model_not_found(m, &lim.model_id)),
         Some(v) => Err(ApiError::invalid(
             "model",
             format!("expected string, found {}", v.type_name()),
