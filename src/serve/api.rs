@@ -213,7 +213,7 @@ pub fn chat_job(
         }
         params.top_logprobs = n as usize;
     }
-    check_length(ids.len(), stub, &params, lim)?;
+    check_length(ids.len(), stub, &params, lim, "messages")?;
     Ok(ChatJob {
         ids,
         stub,
@@ -255,7 +255,7 @@ pub fn completion_job(
         params.logprobs = true;
         params.top_logprobs = n as usize;
     }
-    check_length(ids.len(), 0, &params, lim)?;
+    check_length(ids.len(), 0, &params, lim, "prompt")?;
     Ok(CompletionJob { ids, params })
 }
 

@@ -77,9 +77,25 @@ fn bad_requests_are_refused_naming_the_field() {
     let long = "word ".repeat(400);
     let r = post(&s, chat, &chat_body(&long, 1, 1));
     assert_eq!(
-        assert_error(&r, 400, None)["error"]["code"],
+        assert_error(&r, 400, Some("messages"))["error"]["code"],
         "context_length_exceeded"
     );
+    // the same prompt to /v1/completions is blamed on `prompt` (it said `messages`)
+    let r = post(
+        &s,
+        "/v1/completions",
+        &json!({"model": MODEL, "prompt": long, "max_tokens": 1}),
+    );
+    assert_eq!(
+        assert_error(&r, 400, Some("prompt"))["error"]["code"],
+        "context_length_exceeded"
+    );
+    let r = post(
+        &s,
+        "/v1/completions",
+        &json!({"model": MODEL, "prompt": (0..300).collect::<Vec<u32>>()}),
+    );
+    assert_error(&r, 400, Some("prompt"));
     // completions: ids outside the vocabulary, echo
     let r = post(
         &s,
