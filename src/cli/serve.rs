@@ -140,11 +140,25 @@ fn serve_flags(a: &Args) -> Result<ServeFlags> {
             })?,
     };
     let port = a.parsed::<u16>("port", "a port number")?.unwrap_or(8000);
-    let api_key = match a.value("api-key")? {
-        Some(k) => Some(k),
-        None => std::env::var("K3_API_KEY").ok(),
-    }
-    .filter(|k| !k.is_empty());
+    // an empty key would start the server without authentication: refused, naming its source
+    let api_key =
+        match a.value("api-key")? {
+            Some(k) if k.is_empty() => return Err(Error::invalid(
+                "flag `--api-key`: empty; give a non-empty key (or leave the flag out to serve \
+                 127.0.0.1 without one)",
+            )),
+            Some(k) => Some(k),
+            None => {
+                match std::env::var("K3_API_KEY") {
+                    Ok(k) if k.is_empty() => return Err(Error::invalid(
+                        "K3_API_KEY: set but empty; give a non-empty key (or unset it to serve \
+                     127.0.0.1 without one)",
+                    )),
+                    Ok(k) => Some(k),
+                    Err(_) => None,
+                }
+            }
+        };
     if !ip.is_loopback() && api_key.is_none() {
         return Err(Error::invalid(format!(
             "flag `--host {host}`: a non-loopback address serves other machines; give an API key \

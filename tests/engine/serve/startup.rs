@@ -26,6 +26,18 @@ fn a_non_loopback_host_needs_an_api_key() {
     assert_eq!(o.status.code(), Some(2));
 }
 
+/// An empty key started the server without authentication, silently: refused, exit 2 naming
+/// the flag or the variable.
+#[test]
+fn an_empty_api_key_is_exit_2_naming_its_source() {
+    let (code, e) = refused(&["--api-key", ""], &[]);
+    assert_eq!(code, Some(2), "{e}");
+    assert!(e.contains("--api-key") && e.contains("empty"), "{e}");
+    let (code, e) = refused(&[], &[("K3_API_KEY", "")]);
+    assert_eq!(code, Some(2), "{e}");
+    assert!(e.contains("K3_API_KEY") && e.contains("empty"), "{e}");
+}
+
 #[test]
 fn a_port_in_use_is_exit_2_naming_the_address() {
     let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
