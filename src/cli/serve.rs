@@ -114,6 +114,11 @@ struct ServeFlags {
     model_id: Option<String>,
 }
 
+/// `n noun`, the noun plural unless `n` is 1 (`1 slot`, `4 slots`, `0 snapshots`).
+fn counted(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
+}
+
 fn count(a: &Args, name: &str, default: usize, min: usize) -> Result<usize> {
     let v = a
         .parsed::<usize>(name, "a non-negative integer")?
@@ -333,9 +338,10 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     let res = loaded.map(|mut model| {
         server.loaded.store(true, Ordering::SeqCst);
         crate::sayln!(
-            "k3 serve: ready on http://{addr}: model {model_id}, ctx {ctx}, {parallel} slots (--parallel), queue {}, {} snapshots, {plan}{}",
+            "k3 serve: ready on http://{addr}: model {model_id}, ctx {ctx}, {} (--parallel), queue {}, {}, {plan}{}",
+            counted(parallel, "slot"),
             f.queue,
-            snapshots,
+            counted(snapshots, "snapshot"),
             if f.api_key.is_some() { ", API key required" } else { "" }
         );
         let mut sched = Scheduler {
