@@ -7,7 +7,9 @@
 mod fields;
 mod params;
 
-use fields::{check_fields, check_model, opt_bool, opt_uint, CHAT_ACCEPTED, COMPLETION_ACCEPTED};
+use fields::{
+    check_fields, check_model, opt_bool, opt_positive, opt_uint, CHAT_ACCEPTED, COMPLETION_ACCEPTED,
+};
 pub use fields::{IGNORED, REFUSED};
 use params::{check_length, gen_params};
 
@@ -242,7 +244,7 @@ pub fn completion_job(
     if opt_bool(o, "echo")? == Some(true) {
         return Err(ApiError::invalid("echo", "not supported; give false"));
     }
-    if let Some(b) = opt_uint(o, "best_of")? {
+    if let Some(b) = opt_positive(o, "best_of")? {
         if b != 1 {
             return Err(ApiError::invalid("best_of", "only 1 is supported"));
         }

@@ -2,7 +2,7 @@
 //! the checkpoint's defaults, the seed, `stop`, `stream` and `stream_options`, and the prompt
 //! and `max_tokens` against `--ctx`.
 
-use super::fields::{opt_bool, opt_f64, opt_uint};
+use super::fields::{opt_bool, opt_f64, opt_positive};
 use super::{ApiError, GenParams, Limits};
 use crate::json::{Object, Value};
 
@@ -59,18 +59,10 @@ pub(super) fn gen_params(
         }
         Some(v) => seed(v)?,
     };
-    let max_tokens = match opt_uint(o, alt_max)? {
+    let max_tokens = match opt_positive(o, alt_max)? {
         Some(m) => Some(m),
-        None => opt_uint(o, "max_tokens")?,
+        None => opt_positive(o, "max_tokens")?,
     };
-    if max_tokens == Some(0) {
-        let f = if o.get(alt_max).is_some_and(|v| !v.is_null()) {
-            alt_max
-        } else {
-            "max_tokens"
-        };
-        return Err(ApiError::invalid(f, "expected at least 1"));
-    }
     let stop = match o.get("stop") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::String(s)) => vec![s.clone()],
@@ -258,6 +250,8 @@ mod tests {
             (r#"{"stop": ""}"#, "stop[0]"),
             (r#"{"stop": [1]}"#, "stop[0]"),
             (r#"{"max_tokens": 0}"#, "max_tokens"),
+            (r#"{"max_tokens": -1}"#, "max_tokens"),
+            (r#"{"max_completion_tokens": -1}"#, "max_completion_tokens"),
             (r#"{"stream_options": {"x": 1}}"#, "stream_options.x"),
         ] {
             let e = params(body).unwrap_err();
