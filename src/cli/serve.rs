@@ -114,6 +114,11 @@ struct ServeFlags {
     model_id: Option<String>,
 }
 
+/// `n noun`, the noun plural unless `n` is 1 (`1 slot`, `4 slots`, `0 snapshots`).
+fn counted(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
+}
+
 fn count(a: &Args, name: &str, default: usize, min: usize) -> Result<usize> {
     let v = a
         .parsed::<usize>(name, "a non-negative integer")?
@@ -140,11 +145,25 @@ fn serve_flags(a: &Args) -> Result<ServeFlags> {
             })?,
     };
     let port = a.parsed::<u16>("port", "a port number")?.unwrap_or(8000);
-    let api_key = match a.value("api-key")? {
-        Some(k) => Some(k),
-        None => std::env::var("K3_API_KEY").ok(),
-    }
-    .filter(|k| !k.is_empty());
+    // an empty key would start the server without authentication: refused, naming its source
+    let api_key =
+        match a.value("api-key")? {
+            Some(k) if k.is_empty() => return Err(Error::invalid(
+                "flag `--api-key`: empty; give a non-empty key (or leave the flag out to serve \
+                 127.0.0.1 without one)",
+            )),
+            Some(k) => Some(k),
+            None => {
+                match std::env::var("K3_API_KEY") {
+                    Ok(k) if k.is_empty() => return Err(Error::invalid(
+                        "K3_API_KEY: set but empty; give a non-empty key (or unset it to serve \
+                     127.0.0.1 without one)",
+                    )),
+                    Ok(k) => Some(k),
+                    Err(_) => None,
+                }
+            }
+        };
     if !ip.is_loopback() && api_key.is_none() {
         return Err(Error::invalid(format!(
             "flag `--host {host}`: a non-loopback address serves other machines; give an API key \
@@ -319,9 +338,10 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     let res = loaded.map(|mut model| {
         server.loaded.store(true, Ordering::SeqCst);
         crate::sayln!(
-            "k3 serve: ready on http://{addr}: model {model_id}, ctx {ctx}, {parallel} slots (--parallel), queue {}, {} snapshots, {plan}{}",
+            "k3 serve: ready on http://{addr}: model {model_id}, ctx {ctx}, {} (--parallel), queue {}, {}, {plan}{}",
+            counted(parallel, "slot"),
             f.queue,
-            snapshots,
+            counted(snapshots, "snapshot"),
             if f.api_key.is_some() { ", API key required" } else { "" }
         );
         let mut sched = Scheduler {

@@ -1,7 +1,7 @@
 //! Budgets (ENGINE.md §3-§4): decimal GB, the published presets, the `auto` margin, and
 //! what the run was asked for, resolved into the parts of the plan.
 
-use super::{ModelSizes, TablesPlan};
+use super::{ModelSizes, TablesPlan, POSITIONS_HINT};
 use crate::error::{Error, Result};
 use crate::units::{gb, gb_pair};
 
@@ -221,7 +221,7 @@ pub(super) fn resolve(
             if m < min_total {
                 let (have, need) = gb_pair(m, min_total);
                 return Err(Error::resources(format!(
-                    "memory plan does not fit: the budget {} ({name}) is below the minimum {} this plan needs (fixed items {} incl. KDA state {} and MLA cache {}; trunk {}; streamed model tables {}; expert cache {}), short by {}; give a larger --mem-gb, fewer positions (--gen, a shorter prompt), or free memory",
+                    "memory plan does not fit: the budget {} ({name}) is below the minimum {} this plan needs (fixed items {} incl. KDA state {} and MLA cache {}; trunk {}; streamed model tables {}; expert cache {}), short by {}; give a larger --mem-gb, {POSITIONS_HINT}, or free memory",
                     have,
                     need,
                     gb(fixed),

@@ -30,6 +30,11 @@ pub use sizes::{
     PROCESS_BASELINE,
 };
 pub use tables::TablesPlan;
+
+/// The positions part of a plan refusal's advice, in a run's terms (`--gen` and the prompt
+/// make a run's positions); a command whose positions come from elsewhere (`k3 serve`:
+/// `--ctx` and `--parallel`) replaces it.
+pub const POSITIONS_HINT: &str = "fewer positions (--gen, a shorter prompt)";
 pub use trunk::{choose_trunk, choose_trunk_pieces, min_ring_bytes, TrunkChoice};
 
 use crate::error::{Error, Result};
@@ -148,7 +153,7 @@ impl MemoryPlan {
             if self.total > avail {
                 let (need, have) = gb_pair(self.total, avail);
                 return Err(Error::resources(format!(
-                    "memory plan does not fit: needs {} (trunk {}, model tables {}, experts {}, KDA state {}, MLA cache {}, scratch {}) but {} is available, short by {}; use fewer positions (--gen, a shorter prompt) or --layers, or free memory",
+                    "memory plan does not fit: needs {} (trunk {}, model tables {}, experts {}, KDA state {}, MLA cache {}, scratch {}) but {} is available, short by {}; use {POSITIONS_HINT} or --layers, or free memory",
                     need,
                     gb(self.trunk_resident),
                     gb(self.model_tables),

@@ -7,7 +7,9 @@
 mod fields;
 mod params;
 
-use fields::{check_fields, check_model, opt_bool, opt_uint, CHAT_ACCEPTED, COMPLETION_ACCEPTED};
+use fields::{
+    check_fields, check_model, opt_bool, opt_positive, opt_uint, CHAT_ACCEPTED, COMPLETION_ACCEPTED,
+};
 pub use fields::{IGNORED, REFUSED};
 use params::{check_length, gen_params};
 
@@ -53,6 +55,18 @@ impl ApiError {
             message: message.into(),
             param: None,
             code: None,
+        }
+    }
+
+    /// 404 `model_not_found`: `id` is not the served model `served` (`param` is `model`, as
+    /// the OpenAI API answers both a request's `model` and `GET /v1/models/{id}`).
+    pub fn model_not_found(id: &str, served: &str) -> ApiError {
+        ApiError {
+            status: 404,
+            kind: "invalid_request_error",
+            message: format!("model: `{id}` does not exist; this server serves `{served}`"),
+            param: Some("model".to_string()),
+            code: Some("model_not_found"),
         }
     }
 
@@ -201,7 +215,7 @@ pub fn chat_job(
         }
         params.top_logprobs = n as usize;
     }
-    check_length(ids.len(), stub, &params, lim)?;
+    check_length(ids.len(), stub, &params, lim, "messages")?;
     Ok(ChatJob {
         ids,
         stub,
@@ -230,7 +244,7 @@ pub fn completion_job(
     if opt_bool(o, "echo")? == Some(true) {
         return Err(ApiError::invalid("echo", "not supported; give false"));
     }
-    if let Some(b) = opt_uint(o, "best_of")? {
+    if let Some(b) = opt_positive(o, "best_of")? {
         if b != 1 {
             return Err(ApiError::invalid("best_of", "only 1 is supported"));
         }
@@ -243,7 +257,7 @@ pub fn completion_job(
         params.logprobs = true;
         params.top_logprobs = n as usize;
     }
-    check_length(ids.len(), 0, &params, lim)?;
+    check_length(ids.len(), 0, &params, lim, "prompt")?;
     Ok(CompletionJob { ids, params })
 }
 

@@ -153,15 +153,37 @@ pub fn chat_logprobs(tok: &Tokenizer, lps: &[TokenLogprob]) -> Value {
     Object::new().with("content", content).into()
 }
 
+/// Where a completion's `logprobs.text_offset` stands: the characters (Unicode code points,
+/// as the OpenAI API counts) of the reply's token bytes so far. The same count serves a whole
+/// response and a stream's chunks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TextOffset {
+    chars: usize,
+}
+
+impl TextOffset {
+    /// The offset of a token of `bytes`, and moves past it: the index of the character its
+    /// first byte belongs to. A character cut over several tokens gives each of them its own
+    /// offset (a token that ends inside it and one that starts inside it alike); a token
+    /// without bytes gets the offset of the next character.
+    pub fn next(&mut self, bytes: &[u8]) -> usize {
+        let is_cont = |b: u8| b & 0xC0 == 0x80;
+        let at = match bytes.first() {
+            Some(&b) if is_cont(b) => self.chars.saturating_sub(1),
+            _ => self.chars,
+        };
+        self.chars += bytes.iter().filter(|&&b| !is_cont(b)).count();
+        at
+    }
+}
+
 /// Completions `logprobs`: `tokens`, `token_logprobs`, `top_logprobs` (token → logprob),
-/// `text_offset`; `offset` is the text length before these tokens.
-pub fn completion_logprobs(tok: &Tokenizer, lps: &[TokenLogprob], offset: usize) -> Value {
-    let mut at = offset;
+/// `text_offset` (characters, counted by `at`, which moves past these tokens).
+pub fn completion_logprobs(tok: &Tokenizer, lps: &[TokenLogprob], at: &mut TextOffset) -> Value {
     let (mut tokens, mut lp, mut top, mut offs) = (vec![], vec![], vec![], vec![]);
     for l in lps {
         let (t, _) = token_text(tok, l.id);
-        offs.push(Value::from(at));
-        at += t.len();
+        offs.push(Value::from(at.next(tok.token_bytes(l.id).unwrap_or(&[]))));
         tokens.push(Value::from(t));
         lp.push(Value::from(l.logprob));
         let mut o = Object::new();
@@ -266,15 +288,49 @@ pub fn completion(
     o.into()
 }
 
-/// `GET /v1/models`: the one model.
-pub fn models(model: &str, created: u64) -> Value {
-    let m = Object::new()
+/// The model object of `model` (an entry of `GET /v1/models`, and `GET /v1/models/{id}`).
+pub fn model(model: &str, created: u64) -> Value {
+    Object::new()
         .with("id", model)
         .with("object", "model")
         .with("created", created)
-        .with("owned_by", "k3");
+        .with("owned_by", "k3")
+        .into()
+}
+
+/// `GET /v1/models`: the one model.
+pub fn models(model: &str, created: u64) -> Value {
     Object::new()
         .with("object", "list")
-        .with("data", vec![Value::from(m)])
+        .with("data", vec![self::model(model, created)])
         .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TextOffset;
+
+    /// `text_offset` counted bytes (`[0, 6]` after "智商"); it counts characters, and a
+    /// character cut over tokens gives each piece that character's offset.
+    #[test]
+    fn text_offsets_count_characters() {
+        let mut at = TextOffset::default();
+        let offs: Vec<usize> = [
+            "智商".as_bytes(),
+            b"ok",
+            &[0xE4],
+            &[0xB8],
+            &[0xAD, b'x'],
+            &[],
+            &[b'y', 0xC3],
+            &[0xA9],
+            "😀".as_bytes(),
+            b"!",
+        ]
+        .iter()
+        .map(|b| at.next(b))
+        .collect();
+        // 智商 ok 中 x y é 😀 !: chars 0,1 2,3 4 5 6 7 8 9
+        assert_eq!(offs, [0, 2, 4, 4, 4, 6, 6, 7, 8, 9]);
+    }
 }

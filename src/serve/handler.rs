@@ -1,5 +1,6 @@
 //! The routes of `k3 serve` (ENGINE.md §11) on the HTTP transport: `/health` (503 until the
-//! model is loaded), `/metrics`, `/v1/models`, `/v1/chat/completions`, `/v1/completions`;
+//! model is loaded), `/metrics`, `/v1/models`, `/v1/models/{id}` (the served model, else 404
+//! `model_not_found`), `/v1/chat/completions`, `/v1/completions`;
 //! the API key (Bearer, compared in constant time), CORS only when `--cors` names an origin,
 //! and one log line per request (no prompt text unless `--log-prompts`; none for `/health`
 //! probes, which only count in `/metrics`).
@@ -59,6 +60,33 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
         diff |= (x ^ y) as u64;
     }
     std::hint::black_box(diff) == 0
+}
+
+/// `s` with its `%XX` escapes decoded (a model id in a URL path); an escape that is not two
+/// hex digits, or a result that is not UTF-8, leaves `s` as it is.
+fn percent_decoded(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = b
+                .get(i + 1..i + 3)
+                .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
+                .and_then(|h| std::str::from_utf8(h).ok());
+            match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                Some(x) => {
+                    out.push(x);
+                    i += 3;
+                    continue;
+                }
+                None => return s.to_string(),
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8(out).unwrap_or_else(|_| s.to_string())
 }
 
 impl Server {
@@ -153,15 +181,17 @@ impl Server {
         if let Err(e) = self.authorized(req) {
             return Outcome::sent(out, self.error(&e));
         }
+        let model = path.strip_prefix("/v1/models/");
         let allowed = match path {
             "/metrics" | "/v1/models" => "GET",
+            _ if model.is_some() => "GET",
             "/v1/chat/completions" | "/v1/completions" => "POST",
             _ => {
                 let e = ApiError::other(
                     404,
                     "not_found_error",
                     format!(
-                        "{method} {path}: no such route (routes: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics)"
+                        "{method} {path}: no such route (routes: /v1/chat/completions, /v1/completions, /v1/models, /v1/models/{{id}}, /health, /metrics)"
                     ),
                 );
                 return Outcome::sent(out, self.error(&e));
@@ -185,6 +215,16 @@ impl Server {
             "/v1/models" => {
                 let body = encode::models(&self.limits.model_id, self.started).to_json();
                 Outcome::sent(out, self.json(200, body))
+            }
+            _ if model.is_some() => {
+                let id = percent_decoded(model.unwrap_or_default());
+                if id == self.limits.model_id {
+                    let body = encode::model(&id, self.started).to_json();
+                    Outcome::sent(out, self.json(200, body))
+                } else {
+                    let e = ApiError::model_not_found(&id, &self.limits.model_id);
+                    Outcome::sent(out, self.error(&e))
+                }
             }
             _ if !self.loaded.load(Ordering::SeqCst) => {
                 let e = ApiError::other(
@@ -239,7 +279,17 @@ impl Handler for Server {
 
 #[cfg(test)]
 mod tests {
-    use super::constant_time_eq;
+    use super::{constant_time_eq, percent_decoded};
+
+    #[test]
+    fn model_ids_in_paths_are_percent_decoded() {
+        assert_eq!(percent_decoded("tiny-k3-text"), "tiny-k3-text");
+        assert_eq!(percent_decoded("org%2Fm%20x"), "org/m x");
+        assert_eq!(percent_decoded("bad%zz"), "bad%zz");
+        assert_eq!(percent_decoded("cut%4"), "cut%4");
+        assert_eq!(percent_decoded("sign%+1"), "sign%+1");
+        assert_eq!(percent_decoded("%E6%99%BA"), "智");
+    }
 
     #[test]
     fn keys_compare_by_value_and_length() {

@@ -5,7 +5,7 @@
 //! which frees its slot at the next step.
 
 use super::api::{self, ApiError, GenParams};
-use super::encode::{self, Head, Usage};
+use super::encode::{self, Head, TextOffset, Usage};
 use super::handler::{unix_now, Server};
 use super::reply::{token_logprob, Piece, ReplyBuilder, TokenLogprob};
 use super::sched::{Event, Job};
@@ -284,10 +284,9 @@ fn whole(
         }
         Kind::Completion => {
             let text: String = pieces.iter().map(piece_text).collect();
-            let lp = r
-                .params
-                .logprobs
-                .then(|| encode::completion_logprobs(&server.tok, &lps, 0));
+            let lp = r.params.logprobs.then(|| {
+                encode::completion_logprobs(&server.tok, &lps, &mut TextOffset::default())
+            });
             encode::completion(head, &text, Some(finish), lp, Some(&usage), false)
         }
     };
@@ -325,7 +324,7 @@ fn stream(
     let Ok(mut s) = out.stream(200, headers) else {
         return Outcome::gone(r.final_usage());
     };
-    let mut text_len = 0usize;
+    let mut text_at = TextOffset::default();
     let send = |s: &mut Stream<'_>, v: Value| s.chunk(&encode::sse(&v)).is_ok();
     let mut ev = Some(first);
     while let Some(e) = ev.take() {
@@ -345,7 +344,7 @@ fn stream(
                 .is_ok(),
             Event::Token { id, logits } => {
                 let (p, lp) = r.token(id, logits.as_deref().map(|v| v.as_slice()));
-                let ok = emit(server, &mut s, r, head, &p, lp, &mut text_len);
+                let ok = emit(server, &mut s, r, head, &p, lp, &mut text_at);
                 if r.b.stopped {
                     break;
                 }
@@ -378,7 +377,7 @@ fn stream(
     }
     let mut tail = Vec::new();
     r.b.finish(&mut tail);
-    emit(server, &mut s, r, head, &tail, None, &mut text_len);
+    emit(server, &mut s, r, head, &tail, None, &mut text_at);
     let usage = r.final_usage();
     let finish = r.finish_reason();
     let last = match r.kind {
@@ -412,7 +411,7 @@ fn emit(
     head: &Head,
     pieces: &[Piece],
     lp: Option<TokenLogprob>,
-    text_len: &mut usize,
+    text_at: &mut TextOffset,
 ) -> bool {
     if pieces.is_empty() && lp.is_none() {
         return true;
@@ -426,9 +425,8 @@ fn emit(
         }
         Kind::Completion => {
             let text: String = pieces.iter().map(piece_text).collect();
-            let lpv = (!lps.is_empty())
-                .then(|| encode::completion_logprobs(&server.tok, &lps, *text_len));
-            *text_len += text.len();
+            let lpv =
+                (!lps.is_empty()).then(|| encode::completion_logprobs(&server.tok, &lps, text_at));
             encode::completion(head, &text, None, lpv, None, false)
         }
     };

@@ -9,7 +9,7 @@ use crate::cli::args::Args;
 use crate::cli::tokenize::tokenizer_dir;
 use crate::error::{Error, Result};
 use crate::model::Exec;
-use crate::plan::{gb, layer_list, plan_run, ModelSizes, RunPlan, RunShape};
+use crate::plan::{gb, layer_list, plan_run, ModelSizes, RunPlan, RunShape, POSITIONS_HINT};
 use crate::report::RunReport;
 use crate::stream::pieces::pieces_text;
 use std::path::{Path, PathBuf};
@@ -45,7 +45,10 @@ pub(super) fn plan_memory(c: &PlanInputs<'_>, rep: &mut RunReport) -> Result<Run
         Err(e) => {
             // The report still carries the figures: the smallest plan of this model.
             rep.plan = Some(crate::plan::minimum_plan(&sizes, available));
-            return Err(parallel_shortfall(&sizes_for, req, available, e));
+            return Err(for_serve(
+                req,
+                parallel_shortfall(&sizes_for, req, available, e),
+            ));
         }
     };
     let plan = rp.memory.clone();
@@ -61,7 +64,7 @@ pub(super) fn plan_memory(c: &PlanInputs<'_>, rep: &mut RunReport) -> Result<Run
     rep.plan = Some(plan.clone());
     rep.budget_name = rp.budget_name.clone();
     rep.budget = rp.budget;
-    plan.check()?;
+    plan.check().map_err(|e| for_serve(req, e))?;
     Ok(rp)
 }
 
@@ -169,14 +172,32 @@ fn parallel_shortfall(
     let fit = |n: usize| plan_run(&sizes_for(n), &req.budget, available).is_ok();
     // par itself does not fit: the answer is below it
     let fits = largest_fitting(par - 1, &fit);
+    // serve plans --parallel 4 without the flag: say so rather than blame a flag never given
+    let default = if req.serve && req.args.value_os("parallel").is_none() {
+        " (the default)"
+    } else {
+        ""
+    };
     Error::resources(format!(
-        "flag `--parallel {par}`: {}; {}",
+        "flag `--parallel {par}`{default}: {}; {}",
         e.message,
         match fits {
             Some(n) => format!("the largest --parallel that fits is {n}"),
             None => "not even --parallel 1 fits".to_string(),
         }
     ))
+}
+
+/// Serve's positions are `--ctx` per sequence times `--parallel` sequences (it has no `--gen`
+/// or prompt): a plan refusal's advice says so. Other commands' errors are left as they are.
+fn for_serve(req: &Request, mut e: Error) -> Error {
+    if req.serve {
+        e.message = e.message.replace(
+            POSITIONS_HINT,
+            "fewer positions (a smaller --ctx or --parallel)",
+        );
+    }
+    e
 }
 
 /// Bytes the tokenizer tables take in memory (estimate: twice the rank file).

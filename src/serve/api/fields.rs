@@ -100,7 +100,7 @@ pub(super) fn check_fields(o: &Object, accepted: &[&str]) -> Result<(), ApiError
             }
         }
     }
-    if let Some(n) = opt_uint(o, "n")? {
+    if let Some(n) = opt_positive(o, "n")? {
         if n != 1 {
             return Err(ApiError::invalid(
                 "n",
@@ -119,16 +119,7 @@ pub(super) fn check_model(o: &Object, lim: &Limits) -> Result<(), ApiError> {
             format!("missing; this server serves `{}`", lim.model_id),
         )),
         Some(Value::String(m)) if *m == lim.model_id => Ok(()),
-        Some(Value::String(m)) => Err(ApiError {
-            status: 404,
-            kind: "invalid_request_error",
-            message: format!(
-                "model: `{m}` does not exist; this server serves `{}`",
-                lim.model_id
-            ),
-            param: Some("model".to_string()),
-            code: Some("model_not_found"),
-        }),
+        Some(Value::String(m)) => Err(ApiError::model_not_found(m, &lim.model_id)),
         Some(v) => Err(ApiError::invalid(
             "model",
             format!("expected string, found {}", v.type_name()),
@@ -175,6 +166,22 @@ pub(super) fn opt_uint(o: &Object, k: &str) -> Result<Option<u64>, ApiError> {
     }
 }
 
+/// An optional integer field that must be at least 1 (`max_tokens`, `n`, `best_of`; `null`
+/// counts as absent): 0 and negative values alike are "expected at least 1".
+pub(super) fn opt_positive(o: &Object, k: &str) -> Result<Option<u64>, ApiError> {
+    match o.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) if n.is_integer() => match n.as_u64() {
+            Some(m) if m >= 1 => Ok(Some(m)),
+            _ => Err(ApiError::invalid(k, "expected at least 1")),
+        },
+        Some(v) => Err(ApiError::invalid(
+            k,
+            format!("expected an integer ≥ 1, found {}", v.type_name()),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::parse_body;
@@ -209,6 +216,31 @@ mod tests {
                 "{body}"
             );
         }
+    }
+
+    /// `max_tokens: -1` said "expected a non-negative integer" where 0 said "expected at
+    /// least 1": every value below 1 gets the same message, in every positive-integer field.
+    #[test]
+    fn positive_fields_refuse_zero_and_negatives_alike() {
+        for k in ["max_tokens", "n", "best_of"] {
+            for v in ["0", "-1", "-12345678901234567890"] {
+                let e = opt_positive(&obj(&format!(r#"{{"{k}": {v}}}"#)), k).unwrap_err();
+                assert_eq!(e.param.as_deref(), Some(k));
+                assert_eq!(e.message, format!("{k}: expected at least 1"), "{k}: {v}");
+            }
+            assert_eq!(
+                opt_positive(&obj(&format!(r#"{{"{k}": 3}}"#)), k),
+                Ok(Some(3))
+            );
+            let e = opt_positive(&obj(&format!(r#"{{"{k}": 1.5}}"#)), k).unwrap_err();
+            assert!(
+                e.message.contains("expected an integer ≥ 1"),
+                "{}",
+                e.message
+            );
+        }
+        let e = check_fields(&obj(r#"{"n": -1}"#), CHAT_ACCEPTED).unwrap_err();
+        assert_eq!(e.message, "n: expected at least 1");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! the checkpoint's defaults, the seed, `stop`, `stream` and `stream_options`, and the prompt
 //! and `max_tokens` against `--ctx`.
 
-use super::fields::{opt_bool, opt_f64, opt_uint};
+use super::fields::{opt_bool, opt_f64, opt_positive};
 use super::{ApiError, GenParams, Limits};
 use crate::json::{Object, Value};
 
@@ -59,18 +59,10 @@ pub(super) fn gen_params(
         }
         Some(v) => seed(v)?,
     };
-    let max_tokens = match opt_uint(o, alt_max)? {
+    let max_tokens = match opt_positive(o, alt_max)? {
         Some(m) => Some(m),
-        None => opt_uint(o, "max_tokens")?,
+        None => opt_positive(o, "max_tokens")?,
     };
-    if max_tokens == Some(0) {
-        let f = if o.get(alt_max).is_some_and(|v| !v.is_null()) {
-            alt_max
-        } else {
-            "max_tokens"
-        };
-        return Err(ApiError::invalid(f, "expected at least 1"));
-    }
     let stop = match o.get("stop") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::String(s)) => vec![s.clone()],
@@ -157,18 +149,20 @@ fn seed(v: &Value) -> Result<u64, ApiError> {
 /// prompt position; `stub` of them (a chat's generation prompt ending in `<|open|>think<|sep|>`
 /// or `<|open|>response<|sep|>`) are not counted in `usage.prompt_tokens` (TOKENIZER.md §10
 /// "Usage") but take room in the context, so the message gives both counts: the prompt as
-/// `usage` counts it, and the positions it fills.
+/// `usage` counts it, and the positions it fills. A prompt too long is blamed on `prompt_field`
+/// (`messages` for a chat, `prompt` for a completion).
 pub(super) fn check_length(
     ids: usize,
     stub: usize,
     p: &GenParams,
     lim: &Limits,
+    prompt_field: &str,
 ) -> Result<(), ApiError> {
     let too_long = |message: String| ApiError {
         status: 400,
         kind: "invalid_request_error",
         message,
-        param: Some("messages".to_string()),
+        param: Some(prompt_field.to_string()),
         code: Some("context_length_exceeded"),
     };
     let prompt = match stub {
@@ -256,6 +250,8 @@ mod tests {
             (r#"{"stop": ""}"#, "stop[0]"),
             (r#"{"stop": [1]}"#, "stop[0]"),
             (r#"{"max_tokens": 0}"#, "max_tokens"),
+            (r#"{"max_tokens": -1}"#, "max_tokens"),
+            (r#"{"max_completion_tokens": -1}"#, "max_completion_tokens"),
             (r#"{"stream_options": {"x": 1}}"#, "stream_options.x"),
         ] {
             let e = params(body).unwrap_err();
@@ -272,10 +268,17 @@ mod tests {
             max_tokens: m,
             ..params("{}").unwrap()
         };
-        assert!(check_length(99, 0, &p(None), &lim()).is_ok());
-        assert!(check_length(100, 0, &p(None), &lim()).is_err());
-        assert!(check_length(90, 0, &p(Some(10)), &lim()).is_ok());
-        let e = check_length(90, 0, &p(Some(11)), &lim()).unwrap_err();
+        assert!(check_length(99, 0, &p(None), &lim(), "messages").is_ok());
+        let e = check_length(100, 0, &p(None), &lim(), "messages").unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages"));
+        // a completion's prompt is `prompt` (it said `messages`, a chat field)
+        let e = check_length(100, 0, &p(None), &lim(), "prompt").unwrap_err();
+        assert_eq!(
+            (e.param.as_deref(), e.code),
+            (Some("prompt"), Some("context_length_exceeded"))
+        );
+        assert!(check_length(90, 0, &p(Some(10)), &lim(), "messages").is_ok());
+        let e = check_length(90, 0, &p(Some(11)), &lim(), "messages").unwrap_err();
         assert_eq!(e.param.as_deref(), Some("max_tokens"));
         assert!(
             e.message.contains("give max_tokens 10 or less"),
@@ -292,7 +295,7 @@ mod tests {
             max_tokens: Some(20),
             ..params("{}").unwrap()
         };
-        let e = check_length(89, 3, &p, &lim()).unwrap_err();
+        let e = check_length(89, 3, &p, &lim(), "messages").unwrap_err();
         assert!(
             e.message.contains(
                 "the prompt (86 tokens as usage.prompt_tokens counts them, 89 positions with \
@@ -306,7 +309,7 @@ mod tests {
             "{}",
             e.message
         );
-        let e = check_length(100, 3, &p, &lim()).unwrap_err();
+        let e = check_length(100, 3, &p, &lim(), "messages").unwrap_err();
         assert!(
             e.message.starts_with("the prompt has 97 tokens as usage"),
             "{}",

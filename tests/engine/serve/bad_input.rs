@@ -70,6 +70,33 @@ fn bad_requests_are_refused_naming_the_field() {
         let r = post(&s, chat, &body);
         assert_error(&r, status, Some(param));
     }
+    // below 1 is one message, 0 or negative (-1 said "expected a non-negative integer")
+    for v in [0, -1] {
+        for (path, k, body) in [
+            (
+                "/v1/chat/completions",
+                "max_tokens",
+                with("max_tokens", json!(v)),
+            ),
+            (
+                "/v1/chat/completions",
+                "max_completion_tokens",
+                with("max_completion_tokens", json!(v)),
+            ),
+            (
+                "/v1/completions",
+                "max_tokens",
+                json!({"model": MODEL, "prompt": "x", "max_tokens": v}),
+            ),
+        ] {
+            let e = assert_error(&post(&s, path, &body), 400, Some(k));
+            assert_eq!(
+                e["error"]["message"],
+                format!("{k}: expected at least 1"),
+                "{path} {v}"
+            );
+        }
+    }
     // ignored fields are accepted
     let r = post(&s, chat, &with("user", json!("me")));
     assert_eq!(r.status, 200, "{}", r.text());
@@ -77,9 +104,25 @@ fn bad_requests_are_refused_naming_the_field() {
     let long = "word ".repeat(400);
     let r = post(&s, chat, &chat_body(&long, 1, 1));
     assert_eq!(
-        assert_error(&r, 400, None)["error"]["code"],
+        assert_error(&r, 400, Some("messages"))["error"]["code"],
         "context_length_exceeded"
     );
+    // the same prompt to /v1/completions is blamed on `prompt` (it said `messages`)
+    let r = post(
+        &s,
+        "/v1/completions",
+        &json!({"model": MODEL, "prompt": long, "max_tokens": 1}),
+    );
+    assert_eq!(
+        assert_error(&r, 400, Some("prompt"))["error"]["code"],
+        "context_length_exceeded"
+    );
+    let r = post(
+        &s,
+        "/v1/completions",
+        &json!({"model": MODEL, "prompt": (0..300).collect::<Vec<u32>>()}),
+    );
+    assert_error(&r, 400, Some("prompt"));
     // completions: ids outside the vocabulary, echo
     let r = post(
         &s,

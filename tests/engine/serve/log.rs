@@ -87,3 +87,20 @@ fn health_probes_write_no_log_line() {
     );
     assert!(!log.iter().any(|l| l.contains("/health")), "{log:?}");
 }
+
+/// The ready line counts in the singular for 1 (it said "1 slots", "1 snapshots").
+#[test]
+fn the_ready_line_says_1_slot_and_1_snapshot() {
+    let one = start(&["--parallel", "1", "--snapshots", "1"], &[]);
+    let line = one.wait_log(&mut Vec::new(), |l| l.contains("ready on"));
+    assert!(
+        line.contains(", 1 slot (--parallel),") && line.contains(", 1 snapshot,"),
+        "{line}"
+    );
+    let two = start(&["--parallel", "2", "--snapshots", "0"], &[]);
+    let line = two.wait_log(&mut Vec::new(), |l| l.contains("ready on"));
+    assert!(
+        line.contains(", 2 slots (--parallel),") && line.contains(", 0 snapshots,"),
+        "{line}"
+    );
+}

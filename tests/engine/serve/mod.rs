@@ -24,6 +24,25 @@ fn health_models_metrics() {
     let m = get(&s, "/v1/models").json();
     assert_eq!(m["object"], "list");
     assert_eq!(m["data"][0]["id"], MODEL);
+    // GET /v1/models/{id} (the openai client's `models.retrieve`): the list's own object
+    let one = get(&s, &format!("/v1/models/{MODEL}"));
+    assert_eq!(one.status, 200, "{}", one.text());
+    assert_eq!(one.json(), m["data"][0]);
+    // any other id: 404 model_not_found naming it
+    let r = get(&s, "/v1/models/gpt-4");
+    assert_eq!(r.status, 404, "{}", r.text());
+    let e = &r.json()["error"];
+    assert_eq!(
+        (e["code"].as_str(), e["type"].as_str(), e["param"].as_str()),
+        (
+            Some("model_not_found"),
+            Some("invalid_request_error"),
+            Some("model")
+        ),
+        "{e}"
+    );
+    assert!(e["message"].as_str().unwrap().contains("`gpt-4`"), "{e}");
+    assert_eq!(post(&s, "/v1/models/gpt-4", &json!({})).status, 405);
     let _ = post(&s, "/v1/chat/completions", &chat_body("hi", 2, 1));
     let t = get(&s, "/metrics");
     assert_eq!(t.status, 200);

@@ -1,7 +1,7 @@
 //! `k3 serve` startup refusals, loading and the drain (ENGINE.md §11): a non-loopback host
 //! without a key, a port in use (exit 2 naming the address), `--parallel` beyond the plan
 //! (exit 3 naming the largest that fits), `/health` 503 while the model loads, SIGTERM and
-//! SIGINT with requests running (exit 0).
+//! SIGINT with requests running (exit 0), memory refusals in serve's terms, an empty API key.
 
 use super::support::*;
 use crate::support::{fixture, run_k3};
@@ -24,6 +24,18 @@ fn a_non_loopback_host_needs_an_api_key() {
     );
     let o = serve(&["--host", "nowhere", "--port", "0"]);
     assert_eq!(o.status.code(), Some(2));
+}
+
+/// An empty key started the server without authentication, silently: refused, exit 2 naming
+/// the flag or the variable.
+#[test]
+fn an_empty_api_key_is_exit_2_naming_its_source() {
+    let (code, e) = refused(&["--api-key", ""], &[]);
+    assert_eq!(code, Some(2), "{e}");
+    assert!(e.contains("--api-key") && e.contains("empty"), "{e}");
+    let (code, e) = refused(&[], &[("K3_API_KEY", "")]);
+    assert_eq!(code, Some(2), "{e}");
+    assert!(e.contains("K3_API_KEY") && e.contains("empty"), "{e}");
 }
 
 #[test]
@@ -62,6 +74,42 @@ fn parallel_beyond_the_plan_is_exit_3_naming_what_fits() {
         e.contains("--parallel 100000") && e.contains("the largest --parallel that fits is"),
         "{e}"
     );
+}
+
+/// A memory refusal blamed `--parallel 4` though it was never given, and advised the run's
+/// `--gen, a shorter prompt`: serve says the 4 is the default and advises `--ctx`/`--parallel`.
+#[test]
+fn a_memory_refusal_speaks_of_serve_flags() {
+    let (code, e) = refused(&["--mem-gb", "0.02"], &[]);
+    assert_eq!(code, Some(3), "{e}");
+    assert!(e.contains("flag `--parallel 4` (the default):"), "{e}");
+    assert!(
+        e.contains("(a smaller --ctx or --parallel)") && !e.contains("--gen"),
+        "{e}"
+    );
+    let (code, e) = refused(&["--mem-gb", "0.02", "--parallel", "4"], &[]);
+    assert_eq!(code, Some(3), "{e}");
+    assert!(e.contains("flag `--parallel 4`:"), "{e}");
+    // --parallel 1: the plan's own refusal, in serve's terms too
+    let (code, e) = refused(&["--mem-gb", "0.02", "--parallel", "1"], &[]);
+    assert_eq!(code, Some(3), "{e}");
+    assert!(
+        e.contains("(a smaller --ctx or --parallel)") && !e.contains("--gen"),
+        "{e}"
+    );
+    // k3 run keeps its own advice
+    let dir = fixture(MODEL);
+    let o = run_k3([
+        "run",
+        dir.to_str().unwrap(),
+        "--mem-gb",
+        "0.02",
+        "--prompt",
+        "hi",
+    ]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{e}");
+    assert!(e.contains("(--gen, a shorter prompt)"), "{e}");
 }
 
 #[test]

@@ -44,6 +44,39 @@ pub fn start_dir(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> 
     s
 }
 
+/// Runs `k3 serve tests/fixtures/tiny-k3-text --port 0 --ctx 64 ARGS` with `env` (and
+/// `K3_API_KEY` removed unless `env` sets it), expecting a refusal: its exit code and standard
+/// error. A server that starts anyway is killed and the test fails (bounded by [`WAIT`]).
+pub fn refused(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let mut cmd = k3();
+    cmd.arg("serve")
+        .arg(fixture(MODEL))
+        .args(["--port", "0", "--ctx", "64", "--threads", "1"])
+        .args(args)
+        .env_remove("K3_API_KEY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("start k3 serve");
+    let until = std::time::Instant::now() + WAIT;
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("k3 serve {args:?} started instead of refusing");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("k3 serve's output");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Waits (bounded) until `/health` says 200.
 pub fn wait_healthy(s: &Server) {
     for _ in 0..1200 {

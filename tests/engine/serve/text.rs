@@ -1,7 +1,7 @@
 //! Streamed text never splits a UTF-8 character (TOKENIZER.md §9, §13): forced replies
 //! (`K3_TEST_FORCE_IDS`) whose characters are cut across single-byte tokens, streamed as chat
 //! (reasoning and content) and as a completion; every delta is whole characters and the
-//! deltas add up to the whole reply.
+//! deltas add up to the whole reply; completions' `text_offset` counts characters.
 
 use super::support::*;
 use serde_json::{json, Value};
@@ -104,4 +104,42 @@ fn streamed_completion_text_never_splits_a_character() {
         }
     }
     assert_eq!(streamed, text);
+}
+
+/// "智商" (one token of the Kimi vocabulary).
+const ZHISHANG: u32 = 32628;
+
+/// `logprobs.text_offset` counts characters of the text (Unicode code points, as the OpenAI
+/// API does), not bytes (it said `[0, 6]` after "智商"); a character cut over tokens gives each
+/// of its tokens that character's offset. Streamed chunks carry the same offsets.
+#[test]
+fn completion_text_offsets_count_characters() {
+    let reply = [
+        ZHISHANG, E4, B8, AD, HI, C3, A9, F0, X9F, X98, X80, D0, B6, EOS,
+    ];
+    let s = start(&[], &[("K3_TEST_FORCE_IDS", &ids(&reply))]);
+    let body = json!({"model": MODEL, "prompt": "Say it.", "max_tokens": 32, "seed": 1,
+                      "logprobs": 0});
+    let whole = post(&s, "/v1/completions", &body).json();
+    let c = &whole["choices"][0];
+    assert_eq!(c["text"], "智商中Hié😀ж");
+    // 智商 0, 中's three bytes 2, Hi 3, é's two 5, 😀's four 6, ж's two 7, [EOS] at the end 8
+    let want = json!([0, 2, 2, 2, 3, 5, 5, 6, 6, 6, 6, 7, 7, 8]);
+    assert_eq!(c["logprobs"]["text_offset"], want, "{c}");
+    let mut sb = body.clone();
+    sb["stream"] = json!(true);
+    let mut streamed = Vec::new();
+    // (not `checked_events`: the `tokens` of cut characters are U+FFFD by design)
+    let r = post(&s, "/v1/completions", &sb);
+    assert_eq!(r.status, 200, "{}", r.text());
+    for e in r.events().iter().filter(|e| *e != "[DONE]") {
+        let v: Value = serde_json::from_str(e).expect("chunk JSON");
+        if let Some(o) = v["choices"]
+            .get(0)
+            .and_then(|c| c["logprobs"]["text_offset"].as_array())
+        {
+            streamed.extend(o.iter().cloned());
+        }
+    }
+    assert_eq!(Value::from(streamed), want);
 }
