@@ -351,9 +351,7 @@ impl Chat {
             }
             // a blank line is no message (a stray Enter, the gaps of a piped file); with a
             // tool call waiting it is that call's (empty) result
-            Entry::Text(t) if t.trim().is_empty() && self.conv.pending_calls().is_empty() => {
-                Ok(())
-            }
+            Entry::Text(t) if t.trim().is_empty() && self.conv.pending_calls().is_empty() => Ok(()),
             Entry::Text(t) => self.text(model, t),
             Entry::Result(_) if self.conv.pending_calls().is_empty() => Err(Error::invalid(
                 "/result: no tool call is waiting for a result (send a message instead)",

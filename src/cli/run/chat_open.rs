@@ -87,36 +87,26 @@ pub(crate) fn open(a: Args) -> Result<ChatModel> {
     let identity = super::state::identity(&inp, &index, &census)?;
     let prep = bind::prepare(&index, &inp.cfg, inp.layers)?;
     let packed = open_packed(&req, &inp, &index, ex.threads())?;
+    let coded = packed.as_ref().is_some_and(|(pt, _)| pt.codec.is_some());
     let ctx = match req.ctx {
         Some(c) => c,
         None => {
-            let pi = PlanInputs {
-                req: &req,
-                inp: &inp,
-                index: &index,
-                prep: &prep,
-                ex: &ex,
-                want_all: false,
-                coded: packed.as_ref().is_some_and(|(pt, _)| pt.codec.is_some()),
-            };
-            let c = largest_ctx(&pi, 1)?;
+            let c = largest_ctx(
+                &PlanInputs::last_rows(&req, &inp, &index, &prep, &ex, coded),
+                1,
+            )?;
             say(&format!(
-                "context: {c} positions (the largest that fits; give --ctx N for another)"
+                "context: {} (the largest that fits; give --ctx N for another)",
+                crate::units::count(c as u64, "position", "positions")
             ));
             c
         }
     };
     inp.positions = ctx;
-    let pi = PlanInputs {
-        req: &req,
-        inp: &inp,
-        index: &index,
-        prep: &prep,
-        ex: &ex,
-        want_all: false,
-        coded: packed.as_ref().is_some_and(|(pt, _)| pt.codec.is_some()),
-    };
-    let rp = plan_memory(&pi, &mut rep)?;
+    let rp = plan_memory(
+        &PlanInputs::last_rows(&req, &inp, &index, &prep, &ex, coded),
+        &mut rep,
+    )?;
     let bound = super::Bound {
         index: &index,
         census: &census,

@@ -28,6 +28,29 @@ pub(super) struct PlanInputs<'a> {
     pub(super) coded: bool,
 }
 
+impl<'a> PlanInputs<'a> {
+    /// The inputs of a plan that keeps only each step's last logits rows (chat, serve);
+    /// `coded`: the packed trunk is decoded.
+    pub(super) fn last_rows(
+        req: &'a Request,
+        inp: &'a Inputs,
+        index: &'a TensorIndex,
+        prep: &'a Prepared,
+        ex: &'a Exec,
+        coded: bool,
+    ) -> PlanInputs<'a> {
+        PlanInputs {
+            req,
+            inp,
+            index,
+            prep,
+            ex,
+            want_all: false,
+            coded,
+        }
+    }
+}
+
 /// The memory plan of the run (ENGINE.md §4), shown and put in the report; exit 3 (with the
 /// smallest plan in the report) when it does not fit.
 pub(super) fn plan_memory(c: &PlanInputs<'_>, rep: &mut RunReport) -> Result<RunPlan> {

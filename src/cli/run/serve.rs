@@ -136,35 +136,26 @@ pub(crate) fn prepare_serve(
     }
     let prep = bind::prepare(&index, &inp.cfg, inp.layers)?;
     let packed = open_packed(&req, &inp, &index, ex.threads())?;
+    let coded = packed.as_ref().is_some_and(|(pt, _)| pt.codec.is_some());
     if req.ctx.is_none() {
-        let pi = PlanInputs {
-            req: &req,
-            inp: &inp,
-            index: &index,
-            prep: &prep,
-            ex: &ex,
-            want_all: false,
-            coded: packed.as_ref().is_some_and(|(pt, _)| pt.codec.is_some()),
-        };
-        // none fits: plan one position so that the plan's own error names the shortfall
-        inp.positions = largest_ctx(&pi, req.parallel).unwrap_or(1);
-        if !req.quiet {
+        let fits = largest_ctx(
+            &PlanInputs::last_rows(&req, &inp, &index, &prep, &ex, coded),
+            req.parallel,
+        );
+        // none fits: plan one position (said nowhere) so that the plan's own error names the
+        // shortfall
+        inp.positions = fits.as_ref().map_or(1, |&c| c);
+        if let (Ok(c), false) = (fits, req.quiet) {
             crate::sayln!(
-                "context: {} positions per sequence (the largest that fits; give --ctx N to choose)",
-                inp.positions
+                "context: {} per sequence (the largest that fits; give --ctx N to choose)",
+                crate::units::count(c as u64, "position", "positions")
             );
         }
     }
-    let pi = PlanInputs {
-        req: &req,
-        inp: &inp,
-        index: &index,
-        prep: &prep,
-        ex: &ex,
-        want_all: false,
-        coded: packed.as_ref().is_some_and(|(pt, _)| pt.codec.is_some()),
-    };
-    let plan = plan_memory(&pi, &mut rep)?;
+    let plan = plan_memory(
+        &PlanInputs::last_rows(&req, &inp, &index, &prep, &ex, coded),
+        &mut rep,
+    )?;
     Ok(ServePrepared {
         req,
         inp,

@@ -506,7 +506,11 @@ fn a_batch_summary_counts_every_sequence_and_refuses_dump_logits() {
     let m = fixture("tiny-k3");
     let dir = scratch_dir("batch-summary");
     let file = dir.join("b.jsonl");
-    std::fs::write(&file, "{\"ids\":[1,2,3],\"gen\":4}\n{\"ids\":[5,6],\"gen\":3}\n").unwrap();
+    std::fs::write(
+        &file,
+        "{\"ids\":[1,2,3],\"gen\":4}\n{\"ids\":[5,6],\"gen\":3}\n",
+    )
+    .unwrap();
     let (m, f) = (m.to_str().unwrap(), file.to_str().unwrap());
     let (_, err, rep) = ok(&[m, "--batch", f, "--parallel", "2"], "batch-summary");
     assert!(
@@ -515,7 +519,10 @@ fn a_batch_summary_counts_every_sequence_and_refuses_dump_logits() {
     );
     assert!(err.contains("logits hash: one per sequence"), "{err}");
     assert!(!err.contains("0000000000000000"), "{err}");
-    assert!(rep["timing"]["seconds_per_token"].as_f64().unwrap() > 0.0, "{rep}");
+    assert!(
+        rep["timing"]["seconds_per_token"].as_f64().unwrap() > 0.0,
+        "{rep}"
+    );
     let dump = dir.join("x.f32");
     let (code, err) = fails(&[m, "--batch", f, "--dump-logits", dump.to_str().unwrap()]);
     assert_eq!(code, 2, "{err}");

@@ -263,11 +263,25 @@ fn outputs_never_replace_the_chat_inputs() {
     let config = m.join("config.json").display().to_string();
     let stem = m.join("config").display().to_string(); // its transcript is config.json
     let tiktoken = m.join("tiktoken.model").display().to_string();
-    let base = ["--ctx", "300", "--seed", "1", "--max-reply", "2", "--tools", tl.as_str()];
+    let base = [
+        "--ctx",
+        "300",
+        "--seed",
+        "1",
+        "--max-reply",
+        "2",
+        "--tools",
+        tl.as_str(),
+    ];
     // --history onto an input: refused before the model opens
     for target in [&config, &tiktoken, &tl] {
         let o = run_k3(
-            [&["chat", ms.as_str()][..], &base[..], &["--history", target.as_str()]].concat(),
+            [
+                &["chat", ms.as_str()][..],
+                &base[..],
+                &["--history", target.as_str()],
+            ]
+            .concat(),
         );
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "--history {target}: {err}");
@@ -278,7 +292,13 @@ fn outputs_never_replace_the_chat_inputs() {
     }
     // /save onto an input, its transcript onto one, or onto the --history file
     for target in [&config, &stem, &tiktoken, &"history.jsonl".to_string()] {
-        let c = chat_in(&ms, "chat-outputs", &base, &format!("Hi\n/save {target}\n"), None);
+        let c = chat_in(
+            &ms,
+            "chat-outputs",
+            &base,
+            &format!("Hi\n/save {target}\n"),
+            None,
+        );
         assert_eq!(c.code(), 2, "/save {target}: {}", c.stderr());
         assert!(
             c.stderr().contains("/save") && c.stderr().contains("an input of this run"),

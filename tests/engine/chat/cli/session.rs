@@ -229,7 +229,12 @@ fn messages_file_is_answered_then_the_lines() {
 /// text is answered (each blank line was sent as an empty turn).
 #[test]
 fn blank_lines_are_not_messages() {
-    let c = chat("chat-blank-lines", SAMPLED, "\n  \nHello there\n\n\t\n", None);
+    let c = chat(
+        "chat-blank-lines",
+        SAMPLED,
+        "\n  \nHello there\n\n\t\n",
+        None,
+    );
     assert_eq!(c.code(), 0, "{}", c.stderr());
     assert_eq!(c.replies().len(), 1, "{}", c.stderr());
     assert_eq!(c.inputs().len(), 1);
