@@ -429,7 +429,7 @@ fn execute(
     // Layouts (no tensor read), the packed trunk (validated), then the plan: all before any
     // large allocation.
     let prep = bind::prepare(&index, cfg, layers)?;
-    let packed = packed::open_packed(req, &inp, &index, ex.threads())?;
+    let (packed, coded) = packed::open_packed(req, &inp, &index, ex.threads())?;
     let pi = PlanInputs {
         req,
         inp: &inp,
@@ -437,7 +437,7 @@ fn execute(
         prep: &prep,
         ex: &ex,
         want_all,
-        coded: packed.as_ref().is_some_and(|(pt, _)| pt.codec.is_some()),
+        coded,
     };
     let rp = plan_memory(&pi, rep)?;
     let bound = Bound {

@@ -86,8 +86,7 @@ pub(crate) fn open(a: Args) -> Result<ChatModel> {
     }
     let identity = super::state::identity(&inp, &index, &census)?;
     let prep = bind::prepare(&index, &inp.cfg, inp.layers)?;
-    let packed = open_packed(&req, &inp, &index, ex.threads())?;
-    let coded = packed.as_ref().is_some_and(|(pt, _)| pt.codec.is_some());
+    let (packed, coded) = open_packed(&req, &inp, &index, ex.threads())?;
     let ctx = match req.ctx {
         Some(c) => c,
         None => {

@@ -23,8 +23,9 @@ pub(super) struct PlanInputs<'a> {
     pub(super) ex: &'a Exec,
     /// Every prompt row's logits are kept (`--dump-logits`, `--gen 0`).
     pub(super) want_all: bool,
-    /// The trunk streams from a packed trunk with a codec that is decoded: its staging
-    /// buffers are planned.
+    /// The packed trunk has a codec that is decoded or measured (`--trunk-codec` on or auto):
+    /// its staging buffers are planned (the measurement's peak stays in peak RSS even when it
+    /// decides against decoding).
     pub(super) coded: bool,
 }
 

@@ -43,6 +43,11 @@ impl CodecUse {
 /// `auto` measured decoding slower than the disk). `threads` decode threads are measured. The
 /// decision is said on standard error unless `--quiet`.
 ///
+/// The flag returned with it says whether the codec's staging buffers were or will be
+/// allocated (decoding, or `auto`'s measurement, which uses fewer of them): the plan counts
+/// them then, since peak RSS keeps what the measurement touched even when it decides against
+/// decoding.
+///
 /// Errors: the packed trunk's (exit 2); `--trunk` with `--layers`; `--trunk-codec` given for
 /// a packed trunk without a codec or without `--trunk` (exit 2); a read failure while measuring
 /// (exit 4).
@@ -51,7 +56,7 @@ pub(super) fn open_packed(
     inp: &Inputs,
     index: &TensorIndex,
     threads: usize,
-) -> Result<Option<(PackedTrunk, Arc<IoFile>)>> {
+) -> Result<(Option<(PackedTrunk, Arc<IoFile>)>, bool)> {
     let (cfg, d, layers) = (&inp.cfg, &inp.d, inp.layers);
     let given = req.args.value("trunk-codec")?.is_some();
     let Some(dir) = &req.trunk_dir else {
@@ -60,7 +65,7 @@ pub(super) fn open_packed(
                 "flag `--trunk-codec`: only with `--trunk DIR` (a packed trunk with a codec)",
             ));
         }
-        return Ok(None);
+        return Ok((None, false));
     };
     if layers < d.nl {
         return Err(Error::invalid(format!(
@@ -75,7 +80,7 @@ pub(super) fn open_packed(
                 dir.display()
             )));
         }
-        return Ok(Some((pt, Arc::new(bin))));
+        return Ok((Some((pt, Arc::new(bin))), false));
     };
     let say = |s: &str| {
         if !req.quiet {
@@ -135,5 +140,6 @@ pub(super) fn open_packed(
         }
     };
     debug_assert_eq!(codec, CODEC_NAME);
-    Ok(use_it.then(|| (pt, Arc::new(bin))))
+    let staged = req.trunk_codec != CodecUse::Off;
+    Ok((use_it.then(|| (pt, Arc::new(bin))), staged))
 }

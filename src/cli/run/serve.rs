@@ -135,8 +135,7 @@ pub(crate) fn prepare_serve(
         census.check(&req.model_dir.display().to_string())?;
     }
     let prep = bind::prepare(&index, &inp.cfg, inp.layers)?;
-    let packed = open_packed(&req, &inp, &index, ex.threads())?;
-    let coded = packed.as_ref().is_some_and(|(pt, _)| pt.codec.is_some());
+    let (packed, coded) = open_packed(&req, &inp, &index, ex.threads())?;
     if req.ctx.is_none() {
         let fits = largest_ctx(
             &PlanInputs::last_rows(&req, &inp, &index, &prep, &ex, coded),

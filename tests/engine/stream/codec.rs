@@ -466,3 +466,36 @@ fn auto_says_what_it_measured() {
         "{err}"
     );
 }
+
+/// `auto` measures the codec with staging buffers before the plan is made, so the plan counts
+/// them whatever it then decides: peak RSS keeps the measurement (CI's scalar path decided
+/// against decoding on tiny-k3 and its run went 4 MB over a plan without them). The plan of
+/// `auto` is the plan of `on`; `off` plans none.
+#[test]
+fn auto_plans_the_staging_whatever_it_decides() {
+    let model = fixture("tiny-k3");
+    let (dir, _) = pack_coded(&model, "codec_auto_plan", &[]);
+    let dir = dir.to_str().unwrap().to_string();
+    let plan = |use_: &str| {
+        let r = checked_run(
+            &model,
+            "codec_auto_plan",
+            &[
+                "--ids",
+                "5,9",
+                "--gen",
+                "2",
+                "--trunk",
+                &dir,
+                "--trunk-codec",
+                use_,
+            ],
+            use_,
+            &[],
+        );
+        r.u64(&["memory", "plan", "total"])
+    };
+    let (on, auto, off) = (plan("on"), plan("auto"), plan("off"));
+    assert_eq!(auto, on, "auto plans the staging as on does");
+    assert!(off < on, "off {off} plans no staging (on {on})");
+}
