@@ -12,6 +12,9 @@ use crate::stream::coded::{probe, StagePool, CODEC_NAME};
 use crate::stream::pack::PackedTrunk;
 use std::sync::Arc;
 
+/// A packed trunk the run streams from, and its `trunk.bin` opened.
+pub(super) type Packed = (PackedTrunk, Arc<IoFile>);
+
 /// `--trunk-codec`: whether a packed trunk with a codec is decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(super) enum CodecUse {
@@ -56,7 +59,7 @@ pub(super) fn open_packed(
     inp: &Inputs,
     index: &TensorIndex,
     threads: usize,
-) -> Result<(Option<(PackedTrunk, Arc<IoFile>)>, bool)> {
+) -> Result<(Option<Packed>, bool)> {
     let (cfg, d, layers) = (&inp.cfg, &inp.d, inp.layers);
     let given = req.args.value("trunk-codec")?.is_some();
     let Some(dir) = &req.trunk_dir else {
