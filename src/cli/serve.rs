@@ -114,11 +114,6 @@ struct ServeFlags {
     model_id: Option<String>,
 }
 
-/// `n noun`, the noun plural unless `n` is 1 (`1 slot`, `4 slots`, `0 snapshots`).
-fn counted(n: usize, noun: &str) -> String {
-    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
-}
-
 fn count(a: &Args, name: &str, default: usize, min: usize) -> Result<usize> {
     let v = a
         .parsed::<usize>(name, "a non-negative integer")?
@@ -146,24 +141,18 @@ fn serve_flags(a: &Args) -> Result<ServeFlags> {
     };
     let port = a.parsed::<u16>("port", "a port number")?.unwrap_or(8000);
     // an empty key would start the server without authentication: refused, naming its source
-    let api_key =
-        match a.value("api-key")? {
-            Some(k) if k.is_empty() => return Err(Error::invalid(
-                "flag `--api-key`: empty; give a non-empty key (or leave the flag out to serve \
-                 127.0.0.1 without one)",
-            )),
-            Some(k) => Some(k),
-            None => {
-                match std::env::var("K3_API_KEY") {
-                    Ok(k) if k.is_empty() => return Err(Error::invalid(
-                        "K3_API_KEY: set but empty; give a non-empty key (or unset it to serve \
-                     127.0.0.1 without one)",
-                    )),
-                    Ok(k) => Some(k),
-                    Err(_) => None,
-                }
-            }
-        };
+    let api_key = match a.value("api-key")? {
+        Some(k) => Some(("flag `--api-key`", "leave the flag out", k)),
+        None => std::env::var("K3_API_KEY")
+            .ok()
+            .map(|k| ("K3_API_KEY", "unset it", k)),
+    };
+    if let Some((source, instead, "")) = api_key.as_ref().map(|(s, i, k)| (*s, *i, k.as_str())) {
+        return Err(Error::invalid(format!(
+            "{source}: empty; give a non-empty key (or {instead} to serve 127.0.0.1 without one)"
+        )));
+    }
+    let api_key = api_key.map(|(_, _, k)| k);
     if !ip.is_loopback() && api_key.is_none() {
         return Err(Error::invalid(format!(
             "flag `--host {host}`: a non-loopback address serves other machines; give an API key \
@@ -339,9 +328,9 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         server.loaded.store(true, Ordering::SeqCst);
         crate::sayln!(
             "k3 serve: ready on http://{addr}: model {model_id}, ctx {ctx}, {} (--parallel), queue {}, {}, {plan}{}",
-            counted(parallel, "slot"),
+            crate::units::count(parallel as u64, "slot", "slots"),
             f.queue,
-            counted(snapshots, "snapshot"),
+            crate::units::count(snapshots as u64, "snapshot", "snapshots"),
             if f.api_key.is_some() { ", API key required" } else { "" }
         );
         let mut sched = Scheduler {
