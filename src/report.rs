@@ -375,26 +375,34 @@ impl RunReport {
         let spt = self.timing.seconds_per_token(n);
         let (c, t, tr) = (&self.cache, &self.timing, &self.trunk.stats);
         let rate = |b: u64, s: f64| gb(if s > 0.0 { (b as f64 / s) as u64 } else { 0 });
-        let mut s = match &self.batch {
-            // a batch: its totals (each sequence's ids, stop and hash are on its own line)
-            Some(b) => format!(
-                "summary: batch of {} (--parallel {}), {} in {}, {:.3} s wall (load {:.3} s, prefill {:.3} s, decode {:.3} s), {:.4} s/token, {:.2} tokens/s, {} read per token\n",
-                count(b.sequences, "sequence", "sequences"),
-                b.parallel,
-                count(b.tokens, "generated token", "generated tokens"),
-                count(b.sweeps, "sweep", "sweeps"),
-                t.wall_seconds,
-                t.load_seconds,
-                t.prefill_seconds,
-                t.decode_seconds,
-                spt,
-                if spt > 0.0 { 1.0 / spt } else { 0.0 },
-                gb(self.bytes_per_token()),
+        // what ran, and how it ended (a batch: its totals; each sequence's ids, stop and hash
+        // are on its own line)
+        let (what, stop) = match &self.batch {
+            Some(b) => (
+                format!(
+                    "batch of {} (--parallel {}), {} in {}",
+                    count(b.sequences, "sequence", "sequences"),
+                    b.parallel,
+                    count(b.tokens, "generated token", "generated tokens"),
+                    count(b.sweeps, "sweep", "sweeps"),
+                ),
+                String::new(),
             ),
-            None => format!(
-            "summary: {} + {}, {:.3} s wall (load {:.3} s, prefill {:.3} s, decode {:.3} s), {:.4} s/token, {:.2} tokens/s, {} read per token, stop: {}\n",
-            count(self.prompt_ids.len() as u64, "prompt token", "prompt tokens"),
-            count(n as u64, "generated token", "generated tokens"),
+            None => (
+                format!(
+                    "{} + {}",
+                    count(
+                        self.prompt_ids.len() as u64,
+                        "prompt token",
+                        "prompt tokens"
+                    ),
+                    count(n as u64, "generated token", "generated tokens"),
+                ),
+                format!(", stop: {}", self.stop_reason),
+            ),
+        };
+        let mut s = format!(
+            "summary: {what}, {:.3} s wall (load {:.3} s, prefill {:.3} s, decode {:.3} s), {:.4} s/token, {:.2} tokens/s, {} read per token{stop}\n",
             t.wall_seconds,
             t.load_seconds,
             t.prefill_seconds,
@@ -402,9 +410,7 @@ impl RunReport {
             spt,
             if spt > 0.0 { 1.0 / spt } else { 0.0 },
             gb(self.bytes_per_token()),
-            self.stop_reason
-        ),
-        };
+        );
         if let Some(p) = &self.speculation {
             s += &format!(
                 "speculation: --spec {}, {} of {} accepted ({}), {:.2} ids per sweep over {}, verify {:.3} s\n",
