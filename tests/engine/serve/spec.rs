@@ -110,16 +110,8 @@ fn replies_with_speculation_are_the_replies_without() {
 #[test]
 fn a_bad_spec_is_refused_naming_the_flag() {
     for v in ["-1", "x", "65"] {
-        let o = crate::support::k3()
-            .args(["serve", fixture_dir().as_str(), "--port", "0", "--spec", v])
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "--spec {v}: {err}");
+        let (code, err) = refused(&["--spec", v], &[]);
+        assert_eq!(code, Some(2), "--spec {v}: {err}");
         assert!(err.contains("--spec"), "--spec {v}: {err}");
     }
-}
-
-fn fixture_dir() -> String {
-    crate::support::fixture(MODEL).display().to_string()
 }

@@ -48,19 +48,9 @@ pub fn start_dir(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> 
 /// `K3_API_KEY` removed unless `env` sets it), expecting a refusal: its exit code and standard
 /// error. A server that starts anyway is killed and the test fails (bounded by [`WAIT`]).
 pub fn refused(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
-    let mut cmd = k3();
-    cmd.arg("serve")
-        .arg(fixture(MODEL))
-        .args(["--port", "0", "--ctx", "64", "--threads", "1"])
-        .args(args)
-        .env_remove("K3_API_KEY")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd.spawn().expect("start k3 serve");
+    let mut child = serve_command(&fixture(MODEL), &["--ctx", "64"], args, env)
+        .spawn()
+        .expect("start k3 serve");
     let until = std::time::Instant::now() + WAIT;
     while child.try_wait().unwrap().is_none() {
         if std::time::Instant::now() > until {
@@ -77,6 +67,30 @@ pub fn refused(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
     )
 }
 
+/// `k3 serve DIR --port 0 --threads 1 <base> <args>` with standard error piped, no
+/// `K3_API_KEY` from the environment of the tests, and `env` set.
+fn serve_command(
+    dir: &std::path::Path,
+    base: &[&str],
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Command {
+    let mut cmd = k3();
+    cmd.arg("serve")
+        .arg(dir)
+        .args(["--port", "0", "--threads", "1"])
+        .args(base)
+        .args(args)
+        .env_remove("K3_API_KEY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
 /// Waits (bounded) until `/health` says 200.
 pub fn wait_healthy(s: &Server) {
     for _ in 0..1200 {
@@ -91,19 +105,10 @@ pub fn wait_healthy(s: &Server) {
 /// Starts `k3 serve DIR` as [`start_dir`] does, returning once it listens (the model may
 /// still be loading).
 pub fn spawn(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Server {
-    let mut cmd = k3();
-    cmd.arg("serve")
-        .arg(dir)
-        .args(["--model-id", MODEL])
-        .args(["--port", "0", "--ctx", "256", "--threads", "1"])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd.spawn().expect("start k3 serve");
+    let base = ["--model-id", MODEL, "--ctx", "256"];
+    let mut child = serve_command(dir, &base, args, env)
+        .spawn()
+        .expect("start k3 serve");
     let err = child.stderr.take().expect("stderr");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
