@@ -7,7 +7,7 @@
 use super::api::{self, ApiError, GenParams};
 use super::encode::{self, Head, TextOffset, Usage};
 use super::handler::{unix_now, Server};
-use super::reply::{token_logprob, Piece, ReplyBuilder, TokenLogprob};
+use super::reply::{Piece, ReplyBuilder, TokenLogprob};
 use super::sched::{Event, Job};
 use crate::generate::sample::os_seed;
 use crate::generate::stop::StopReason;
@@ -145,7 +145,7 @@ fn generate(
             .max_tokens
             .unwrap_or(server.limits.ctx.saturating_sub(ids.len()) as u64),
         settings: params.settings,
-        logprobs: params.logprobs,
+        logprobs: params.logprobs.then_some(params.top_logprobs),
         events: tx,
         ids,
     };
@@ -206,17 +206,14 @@ fn next(rx: &Receiver<Event>, gone: &mut dyn FnMut() -> bool) -> Option<Event> {
 }
 
 impl Running<'_> {
-    /// Reads one token; returns its pieces and logprob.
-    fn token(&mut self, id: u32, logits: Option<&[f32]>) -> (Vec<Piece>, Option<TokenLogprob>) {
+    /// Reads one token with its logprob (the scheduler's); returns its pieces and the
+    /// logprob when the token counts in the reply.
+    fn token(&mut self, id: u32, lp: Option<TokenLogprob>) -> (Vec<Piece>, Option<TokenLogprob>) {
         let mut pieces = Vec::new();
         let before = self.b.completion_tokens;
         self.b.push(id, &mut pieces);
         let counted = self.b.completion_tokens > before;
-        let lp = match (logits, counted) {
-            (Some(z), true) => token_logprob(z, id, self.params.top_logprobs),
-            _ => None,
-        };
-        (pieces, lp)
+        (pieces, lp.filter(|_| counted))
     }
 
     fn finish_reason(&self) -> &'static str {
@@ -256,8 +253,8 @@ fn whole(
         match ev {
             Event::Started { cached } => r.usage.cached_tokens = cached,
             Event::Progress { .. } => {}
-            Event::Token { id, logits } => {
-                let (p, lp) = r.token(id, logits.as_deref().map(|v| v.as_slice()));
+            Event::Token { id, logprob } => {
+                let (p, lp) = r.token(id, logprob);
                 pieces.extend(p);
                 lps.extend(lp);
                 if r.b.stopped {
@@ -342,8 +339,8 @@ fn stream(
             Event::Progress { done, total } => s
                 .chunk(&encode::sse_comment(&format!("prefill {done}/{total}")))
                 .is_ok(),
-            Event::Token { id, logits } => {
-                let (p, lp) = r.token(id, logits.as_deref().map(|v| v.as_slice()));
+            Event::Token { id, logprob } => {
+                let (p, lp) = r.token(id, logprob);
                 let ok = emit(server, &mut s, r, head, &p, lp, &mut text_at);
                 if r.b.stopped {
                     break;
@@ -445,7 +442,7 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         let sender = std::thread::spawn(move || {
             for id in 0..400 {
-                let tok = Event::Token { id, logits: None };
+                let tok = Event::Token { id, logprob: None };
                 if tx.send(tok).is_err() {
                     return id;
                 }

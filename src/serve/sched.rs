@@ -9,6 +9,7 @@
 
 use super::metrics::Metrics;
 use super::pool::SnapshotPool;
+use super::reply::{token_logprob, TokenLogprob};
 use crate::error::Result;
 use crate::generate::sample::SamplerSettings;
 use crate::generate::session::{Progress, Sequence, SequenceOptions, Session, StepEvent};
@@ -18,7 +19,7 @@ use crate::model::TrunkSource;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// One generation asked of the scheduler.
@@ -30,8 +31,9 @@ pub struct Job {
     pub settings: SamplerSettings,
     /// Ids to generate at most (the request's `max_tokens`, else up to the context).
     pub max_tokens: u64,
-    /// Send each chosen id's logits too (`logprobs`).
-    pub logprobs: bool,
+    /// With `logprobs`: each chosen id's log-probability and this many best alternatives
+    /// (`top_logprobs`) are sent with it.
+    pub logprobs: Option<usize>,
     /// Where the job's events go; a failed send ends the job.
     pub events: Sender<Event>,
 }
@@ -56,8 +58,10 @@ pub enum Event {
     Token {
         /// The id.
         id: u32,
-        /// The fp32 logits (length V) it was chosen from (`logprobs`).
-        logits: Option<Arc<Vec<f32>>>,
+        /// Its log-probability and best alternatives, from the logits it was chosen from
+        /// (`logprobs`; computed here, so a slow client holds a few numbers per id, not V
+        /// floats, and the memory plan stays whole).
+        logprob: Option<TokenLogprob>,
     },
     /// Generation ended: an end id, `max_tokens` or the context.
     Done(StopReason),
@@ -85,8 +89,8 @@ pub struct Queue {
 }
 
 /// One id a step chose for a slot: (the slot's index among the active ones, the id, the stop
-/// it made, the logits it was chosen from when the slot asked for logprobs).
-type ChosenId = (usize, u32, Option<StopReason>, Option<Arc<Vec<f32>>>);
+/// it made, its log-probability when the slot asked for logprobs).
+type ChosenId = (usize, u32, Option<StopReason>, Option<TokenLogprob>);
 
 impl Queue {
     /// A queue of at most `max_waiting` waiting jobs for `parallel` slots.
@@ -170,7 +174,7 @@ pub struct Scheduler<'a> {
 struct Active {
     seq: Sequence,
     events: Sender<Event>,
-    logprobs: bool,
+    logprobs: Option<usize>,
 }
 
 impl Scheduler<'_> {
@@ -299,19 +303,29 @@ impl Scheduler<'_> {
         // The logits each id is chosen from, for the slots that asked for logprobs: the
         // pending ones for a step's first id; under speculation each later id of a sweep is
         // chosen from its row's logits, told (`Logits`) just before it.
-        let wants: Vec<bool> = active.iter().map(|a| a.logprobs).collect();
-        let mut current: Vec<Option<Arc<Vec<f32>>>> = active
+        let tops: Vec<Option<usize>> = active.iter().map(|a| a.logprobs).collect();
+        let mut current: Vec<Option<Vec<f32>>> = active
             .iter()
-            .map(|a| a.logprobs.then(|| Arc::new(a.seq.logits().to_vec())))
+            .map(|a| a.logprobs.map(|_| a.seq.logits().to_vec()))
             .collect();
         let mut chosen: Vec<ChosenId> = Vec::new();
         let res = {
             let mut refs: Vec<&mut Sequence> = active.iter_mut().map(|a| &mut a.seq).collect();
             sess.step(&mut refs, &mut |ev| {
                 match ev {
-                    StepEvent::Chosen(i, c) => chosen.push((i, c.id, c.stop, current[i].clone())),
-                    StepEvent::Logits(i, l) if wants[i] => current[i] = Some(Arc::new(l.to_vec())),
-                    _ => {}
+                    StepEvent::Chosen(i, c) => {
+                        let lp = match (&current[i], tops[i]) {
+                            (Some(z), Some(top)) => token_logprob(z, c.id, top),
+                            _ => None,
+                        };
+                        chosen.push((i, c.id, c.stop, lp))
+                    }
+                    StepEvent::Logits(i, l) => {
+                        if let Some(z) = current[i].as_mut() {
+                            z.clear();
+                            z.extend_from_slice(l);
+                        }
+                    }
                 }
                 Ok(())
             })
@@ -330,9 +344,9 @@ impl Scheduler<'_> {
                 let ending = chosen.iter().filter(|c| c.2.is_some()).count();
                 self.queue.set_active(active.len() - ending);
                 let mut gone = vec![false; active.len()];
-                for (i, id, stop, logits) in chosen {
+                for (i, id, stop, logprob) in chosen {
                     let a = &active[i];
-                    let tok = Event::Token { id, logits };
+                    let tok = Event::Token { id, logprob };
                     let mut ok = a.events.send(tok).is_ok();
                     if let Some(r) = stop {
                         ok = ok && a.events.send(Event::Done(r)).is_ok();
