@@ -150,15 +150,54 @@ def main():
     s = Server(["--ctx", "1024", "--parallel", "2", "--queue", "2", "--threads", "1"],
                {"K3_TEST_DRAIN_MS": "1000"})
     basics(s)
+    speculation(s)
     load(s)
     sigint_cancels_a_stream(s)
     tools()
     print(f"all checks passed in {time.time() - t0:.0f} s")
 
 
+def speculation(s):
+    """`k3 serve --spec 4`: the same replies (chat, streamed, completions with logprobs) as
+    the server without it, through the client and curl."""
+    sp = Server(["--ctx", "1024", "--spec", "4", "--threads", "1"])
+    msgs = [{"role": "user", "content": "the cat sat on the mat. the cat sat on the mat."}]
+    ask = dict(model=MODEL, messages=msgs, max_tokens=16, seed=3)
+    want = chat_text(s.client.chat.completions.create(**ask))
+    check(chat_text(sp.client.chat.completions.create(**ask)) == want,
+          "--spec 4: the same chat reply")
+    streamed = ["", ""]
+    for ch in sp.client.chat.completions.create(stream=True, **ask):
+        if ch.choices:
+            d = ch.choices[0].delta
+            streamed[0] += getattr(d, "reasoning_content", None) or ""
+            streamed[1] += d.content or ""
+    check(tuple(streamed) == want, "--spec 4: the same streamed reply")
+    comp = dict(model=MODEL, prompt=[2108, 10975, 6200, 418, 276, 3271, 13] * 2, max_tokens=12,
+                temperature=0, logprobs=2)
+    a = s.client.completions.create(**comp).choices[0]
+    b = sp.client.completions.create(**comp).choices[0]
+    check((a.text, a.logprobs.token_logprobs, a.logprobs.top_logprobs)
+          == (b.text, b.logprobs.token_logprobs, b.logprobs.top_logprobs),
+          "--spec 4: the same completion and logprobs")
+    r = subprocess.run(["curl", "-sS", "--fail-with-body", sp.url + "/v1/chat/completions",
+                        "-H", "Content-Type: application/json", "-d", json.dumps(ask)],
+                       capture_output=True, text=True, timeout=120)
+    m = json.loads(r.stdout)["choices"][0]["message"]
+    check((m.get("reasoning_content") or "", m["content"] or "") == want,
+          "--spec 4: curl gets the same reply")
+    check(sp.stop() == 0, "--spec 4: the server stops cleanly")
+
+
 def basics(s):
     c = s.client
     check([m.id for m in c.models.list().data] == [MODEL], "models lists the one model")
+    check(c.models.retrieve(MODEL).id == MODEL, "models.retrieve finds the model")
+    try:
+        c.models.retrieve("no-such-model")
+        check(False, "models.retrieve of another id is refused")
+    except openai.NotFoundError:
+        check(True, "models.retrieve of another id is 404 (NotFoundError)")
     msgs = [{"role": "user", "content": "Write a haiku about the sea."}]
     a = c.chat.completions.create(model=MODEL, messages=msgs, max_tokens=12, seed=7)
     b = c.chat.completions.create(model=MODEL, messages=msgs, max_tokens=12, seed=7)
