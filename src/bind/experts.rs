@@ -7,7 +7,7 @@ use crate::catalogue;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::io::{window_capacity, AlignedBuf, Extent, IoFile};
-use crate::model::experts::{expert_view, ExpertShape, ExpertSource, ExpertStats, ExpertView};
+use crate::model::experts::{expert_view, ExpertShape, ExpertSource, ExpertStats, UseExperts};
 pub use crate::stream::experts::ExpertLocation;
 use std::time::Instant;
 
@@ -170,7 +170,7 @@ impl ExpertSource for PreadExperts {
         &mut self,
         layer: usize,
         experts: &[u32],
-        f: &mut dyn FnMut(&[ExpertView<'_>]) -> Result<()>,
+        f: &mut UseExperts<'_>,
     ) -> Result<()> {
         if experts.len() > self.slots.len() {
             return Err(Error::internal(format!(
@@ -197,7 +197,7 @@ impl ExpertSource for PreadExperts {
                 names,
             )?);
         }
-        f(&views)
+        f(experts, &views)
     }
 
     fn stats(&self) -> ExpertStats {

@@ -18,4 +18,4 @@ pub use buf::{AlignedBuf, ALIGN};
 pub use extent::Extent;
 pub use file::{window, window_capacity, IoFile, ReadDone, Window};
 pub use out::OutFile;
-pub use threads::{IoThreads, ReadRequest, ReadTicket};
+pub use threads::{IoThreads, OnLanded, ReadRequest, ReadTicket};

@@ -5,7 +5,9 @@
 //! Two ways to use them:
 //! * [`IoThreads::read_batch`]: a batch of reads into caller-owned buffers (e.g. expert-cache
 //!   slots), queued in the given order (the caller sorts by file and offset) and executed up to
-//!   `threads` at a time; returns when every read has finished.
+//!   `threads` at a time; returns when every read has finished. [`IoThreads::read_batch_landing`]
+//!   is the same batch with the caller working while it is in flight, handed each read as it
+//!   lands.
 //! * [`IoThreads::submit`]: one read into an owned [`AlignedBuf`], returning a [`ReadTicket`]
 //!   to wait on later (read-ahead: layer ℓ+1 read while layer ℓ computes).
 
@@ -16,6 +18,7 @@ use crate::io::file::{IoFile, ReadDone};
 use std::collections::VecDeque;
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
@@ -42,6 +45,10 @@ pub struct IoThreads {
     /// Concurrent preads per [`IoThreads::submit`] read.
     depth: usize,
 }
+
+/// The caller's work during [`IoThreads::read_batch_landing`]: handed the requests that landed
+/// since its last call (index in the batch, request).
+pub type OnLanded<'w, 'r, 'a> = dyn FnMut(&[(usize, &'r ReadRequest<'a>)]) -> Result<()> + 'w;
 
 /// One read of a batch: the pieces of one payload and the buffer it lands in.
 ///
@@ -94,41 +101,51 @@ impl ReadRequest<'_> {
     }
 }
 
-/// Counts finished jobs of one batch; the submitter waits until it reaches zero.
-struct Latch {
-    left: Mutex<usize>,
-    cv: Condvar,
+/// Reports one request of a batch finished (its index, when) when dropped: after the job's
+/// last use of the request, also if the job panicked or was dropped unrun.
+struct Landed {
+    tx: mpsc::Sender<(usize, Instant)>,
+    index: usize,
 }
 
-impl Latch {
-    fn wait(&self) {
-        let mut left = lock(&self.left);
-        while *left > 0 {
-            left = self.cv.wait(left).unwrap_or_else(|e| e.into_inner());
-        }
+impl Drop for Landed {
+    fn drop(&mut self) {
+        // The receiver lives until every report arrived (`Landing`), so this cannot fail.
+        let _ = self.tx.send((self.index, Instant::now()));
     }
 }
 
-/// Counts one job down when dropped, also if the job panicked.
-struct CountDown(Arc<Latch>);
+/// The reports of a batch still to come; dropping it waits for all of them, so that
+/// `read_batch_landing` cannot return (or unwind) while a worker may still touch the caller's
+/// requests.
+struct Landing {
+    rx: mpsc::Receiver<(usize, Instant)>,
+    left: usize,
+}
 
-impl Drop for CountDown {
-    fn drop(&mut self) {
-        let mut left = lock(&self.0.left);
-        *left -= 1;
-        if *left == 0 {
-            self.0.cv.notify_all();
-        }
+impl Landing {
+    /// The next finished request, blocking. Errors (exit 1) only if every sender is gone with
+    /// reports missing, which the `Landed` guards rule out.
+    fn next(&mut self) -> Result<(usize, Instant)> {
+        let r = self
+            .rx
+            .recv()
+            .map_err(|_| Error::internal("an I/O thread was lost with reads of a batch"))?;
+        self.left -= 1;
+        Ok(r)
+    }
+
+    /// A finished request already reported, without blocking.
+    fn ready(&mut self) -> Option<(usize, Instant)> {
+        let r = self.rx.try_recv().ok()?;
+        self.left -= 1;
+        Some(r)
     }
 }
 
-/// Waits for a batch when dropped, so that `read_batch` cannot return (or unwind) while a
-/// worker may still touch the caller's requests.
-struct WaitGuard(Arc<Latch>);
-
-impl Drop for WaitGuard {
+impl Drop for Landing {
     fn drop(&mut self) {
-        self.0.wait();
+        while self.left > 0 && self.next().is_ok() {}
     }
 }
 
@@ -136,8 +153,8 @@ impl Drop for WaitGuard {
 /// the whole wrapper (with its Send impl), not the raw field.
 struct RequestPtr(*mut ReadRequest<'static>);
 
-// SAFETY: the pointee is accessed by exactly one worker, and only while `read_batch` (which
-// owns the `&mut` borrow it came from) is blocked waiting for that worker to finish.
+// SAFETY: the pointee is accessed by exactly one worker, and only while `read_batch_landing`
+// (which owns the `&mut` borrow it came from) has not yet seen that worker's report.
 unsafe impl Send for RequestPtr {}
 
 impl RequestPtr {
@@ -193,33 +210,73 @@ impl IoThreads {
     /// does not stop the others (the caller decides what to publish). Call it from compute or
     /// main threads, never from a job running on these I/O threads (it would wait for itself).
     pub fn read_batch(&self, reqs: &mut [ReadRequest<'_>]) {
-        if reqs.is_empty() {
-            return;
-        }
-        let latch = Arc::new(Latch {
-            left: Mutex::new(reqs.len()),
-            cv: Condvar::new(),
-        });
-        let guard = WaitGuard(Arc::clone(&latch));
+        // Without work to do, the only error is a lost I/O thread, which leaves the request's
+        // outcome unset; the caller reports that.
+        let _ = self.read_batch_landing(reqs, &mut |_| Ok(()));
+    }
+
+    /// As [`IoThreads::read_batch`], but the caller works while the reads are in flight (the
+    /// MoE block computes the experts it holds, then each expert as its read lands): `work` is
+    /// called once at once with no request, then with each group of requests finished since
+    /// its last call (index in `reqs`, request), in landing order, until every request has. A
+    /// request passed to `work` has its `outcome` set and is never touched again by an I/O
+    /// thread. Returns the seconds from queueing the batch to its last read finishing: the
+    /// batch's time in flight, however long `work` took.
+    ///
+    /// Errors: the first error `work` returns (no further call is made, but the call still
+    /// waits for every queued read, which writes into the caller's buffers); exit 1 if an I/O
+    /// thread was lost.
+    pub fn read_batch_landing<'r, 'a>(
+        &self,
+        reqs: &'r mut [ReadRequest<'a>],
+        work: &mut OnLanded<'_, 'r, 'a>,
+    ) -> Result<f64> {
+        let n = reqs.len();
+        let base = reqs.as_mut_ptr();
+        let (tx, rx) = mpsc::channel();
+        // Declared before the jobs are queued: whatever happens below, its drop waits for all.
+        let mut landing = Landing { rx, left: n };
+        let t0 = Instant::now();
         {
             let mut st = lock(&self.shared.state);
-            for r in reqs.iter_mut() {
-                let ptr = RequestPtr(std::ptr::from_mut(r).cast::<ReadRequest<'static>>());
-                let done = CountDown(Arc::clone(&latch));
+            for i in 0..n {
+                // SAFETY: i < n = reqs.len(), so the offset stays inside the slice.
+                let ptr = RequestPtr(unsafe { base.add(i) }.cast::<ReadRequest<'static>>());
+                let done = Landed {
+                    tx: tx.clone(),
+                    index: i,
+                };
                 st.jobs.push_back(Box::new(move || {
                     let _done = done;
-                    // SAFETY: `ptr` comes from a distinct element of `reqs`, which stays
-                    // mutably borrowed by this `read_batch` call; the call does not return
-                    // (the WaitGuard blocks, also on unwind) until `_done` has been dropped,
-                    // after the last use of `req`. The 'static lifetime is never observed
-                    // beyond that point.
+                    // SAFETY: `ptr` points at element i of `reqs`, which stays mutably borrowed
+                    // by this call; nothing else touches element i until `_done` (dropped after
+                    // the last use of `req`) reports it finished, and the call does not return
+                    // or unwind before every report arrived (`Landing`'s drop). The 'static
+                    // lifetime is never observed beyond that point.
                     let req = unsafe { &mut *ptr.get() };
                     req.outcome = Some(req.execute());
                 }));
             }
         }
+        drop(tx);
         self.shared.cv.notify_all();
-        drop(guard);
+        work(&[])?;
+        let mut last = t0;
+        let mut group: Vec<(usize, &'r ReadRequest<'a>)> = Vec::with_capacity(n);
+        while landing.left > 0 {
+            group.clear();
+            let mut next = Some(landing.next()?);
+            while let Some((i, at)) = next {
+                last = last.max(at);
+                // SAFETY: request i finished: its worker dropped `Landed` after its last use of
+                // it, and no job refers to it any more; from here on it is only read, through
+                // shared references, for the rest of the caller's borrow 'r.
+                group.push((i, unsafe { &*base.add(i) }));
+                next = landing.ready();
+            }
+            work(&group)?;
+        }
+        Ok(last.duration_since(t0).as_secs_f64())
     }
 
     /// Queues one read of [offset, offset + len) of `file` into `buf` (4096-aligned, at least
@@ -268,7 +325,7 @@ impl IoThreads {
         {
             let mut st = lock(&self.shared.state);
             st.jobs.push_back(Box::new(move || {
-                let t0 = std::time::Instant::now();
+                let t0 = Instant::now();
                 let r = job(&mut buf);
                 let secs = t0.elapsed().as_secs_f64();
                 // The receiver may be gone (a failed run dropped the ticket); nothing to do.
@@ -333,7 +390,7 @@ fn worker(shared: &Shared) {
             }
         };
         // A panicking job must not take the thread (and every later batch) with it; its
-        // CountDown still fires during unwinding. Release builds abort on panic anyway.
+        // `Landed` report still fires during unwinding. Release builds abort on panic anyway.
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
     }
 }

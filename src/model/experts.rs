@@ -32,6 +32,10 @@ pub struct ExpertStats {
     pub read_seconds: f64,
 }
 
+/// What [`ExpertSource::with_experts`] calls with some of the experts asked for: their ids and
+/// one view per id, in the same order.
+pub type UseExperts<'f> = dyn FnMut(&[u32], &[ExpertView<'_>]) -> Result<()> + 'f;
+
 /// Supplies routed experts to the MoE block.
 pub trait ExpertSource {
     /// The largest number of distinct experts one [`ExpertSource::with_experts`] call may ask
@@ -44,14 +48,14 @@ pub trait ExpertSource {
     fn note_requests(&mut self, layer: usize, requests: &[u32]) -> Result<()>;
 
     /// Makes the experts `experts` (distinct ids) of zero-based `layer` available and calls
-    /// `f` with one view per id, in the same order. The views are valid only during the call.
-    /// A failed read (exit 4) or a corrupt expert (exit 2) is returned without calling `f`.
-    fn with_experts(
-        &mut self,
-        layer: usize,
-        experts: &[u32],
-        f: &mut dyn FnMut(&[ExpertView<'_>]) -> Result<()>,
-    ) -> Result<()>;
+    /// `f(ids, views)` one or more times, each time with some of them and one view per id in
+    /// the same order, every id exactly once over the calls. A source that reads may hand over
+    /// the experts it holds first and the others as their reads land, so the caller computes
+    /// while the rest is read. The views are valid only during the call. A failed read (exit 4)
+    /// or a corrupt expert (exit 2) is returned, and `f` is not called again; what it computed
+    /// before belongs to a failed token.
+    fn with_experts(&mut self, layer: usize, experts: &[u32], f: &mut UseExperts<'_>)
+        -> Result<()>;
 
     /// Counters so far.
     fn stats(&self) -> ExpertStats;

@@ -1,7 +1,7 @@
 //! Router and Stable LatentMoE (MODEL.md §6.7) over a chunk of T positions. Each distinct
 //! expert of the chunk is fetched once (in sub-batches no larger than the expert source
-//! allows) and run over the positions that selected it; the experts of a sub-batch are
-//! computed together (one parallel job for all gate/up products, one for all down products:
+//! allows) and run over the positions that selected it; the experts the source hands over
+//! together (those it holds, then those whose reads landed) are computed together (one parallel job for all gate/up products, one for all down products:
 //! threads split rows of every expert, each output element still formed by one thread).
 //! Every position sums its experts in its own selection order, so neither chunking nor the
 //! batching changes a bit.
@@ -84,10 +84,12 @@ pub fn forward(
     let mut y = vec![0f32; t * kt * l]; // [position][slot k][L]
     let batch = experts.max_batch().max(1);
     for group in distinct.chunks(batch) {
-        experts.with_experts(layer, group, &mut |views| {
+        // The source hands over the experts it holds first and the others as their reads
+        // land; each output (position, slot) is formed by one expert whatever the grouping.
+        experts.with_experts(layer, group, &mut |ids, views| {
             // The (position, slot) pairs of each expert, and its inputs gathered [n_e, L],
-            // all experts of the group concatenated.
-            let users: Vec<Vec<(usize, usize)>> = group
+            // all experts of the call concatenated.
+            let users: Vec<Vec<(usize, usize)>> = ids
                 .iter()
                 .map(|&e| {
                     (0..t)

@@ -7,8 +7,10 @@
 //!    miss, evicting a victim chosen by the [`Policy`]; never a slot of the current batch.
 //! 2. **Reads**: the misses are read in parallel on the I/O threads, queued in (file, offset)
 //!    order, each with one widened `O_DIRECT` read straight into its slot.
+//!    The caller computes meanwhile ([`ExpertCache::fetch_each`]): the resident experts first,
+//!    then each miss as its read lands and passes `verify` (the caller's E8M0 scan).
 //! 3. **Publication**: only when every read of the batch landed completely and passed `verify`
-//!    (the caller's E8M0 scan) are the new slots published. On any failure none is: their slots
+//!    are the new slots published. On any failure none is: their slots
 //!    return to the free list, the error is returned (exit 4 for I/O), and no byte of a partial
 //!    read is ever visible.
 //!
@@ -20,7 +22,6 @@ use super::{ExpertKey, KeyMap};
 use crate::error::{Error, Result};
 use crate::io::{window_capacity, AlignedBuf, Extent, IoFile, IoThreads, ReadRequest};
 use std::sync::Arc;
-use std::time::Instant;
 
 /// The counters of the run report's `expert_cache` object (FORMATS.md §10, ENGINE.md §6).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -41,7 +42,8 @@ pub struct CacheStats {
     pub evictions: u64,
     /// Bytes transferred from the device (widened windows for direct reads).
     pub bytes_read: u64,
-    /// Wall-clock seconds spent waiting for expert reads.
+    /// Wall-clock seconds expert reads were in flight: per batch, from queueing its reads to
+    /// the last one finishing (the MoE block computes meanwhile).
     pub read_seconds: f64,
 }
 
@@ -208,6 +210,10 @@ impl CacheCore {
     }
 }
 
+/// What [`ExpertCache::fetch_each`] hands experts to: distinct expert ids and their payloads,
+/// in the same order.
+pub type OnReady<'f> = dyn FnMut(&[u32], &[&[u8]]) -> Result<()> + 'f;
+
 /// The pieces one expert's bytes are read in, in open files: its six tensors as one run (the
 /// released layout), or as several pieces (FORMATS.md §4: a non-contiguous expert is read
 /// piece by piece). Where the six tensors lie in the shards is `stream::experts::ExpertLocation`.
@@ -346,36 +352,28 @@ impl ExpertCache {
     /// `verify(expert, payload)` and only then published. The batch's payloads stay pinned
     /// until the returned [`Batch`] is dropped.
     ///
-    /// Errors: the first failing read in file-offset order (exit 4, naming file and offset, with
-    /// the layer and expert appended); an expert larger than a slot (exit 4: the checkpoint
-    /// changed since it was indexed); errors from `locate` and `verify` as they are; exit 1
-    /// for a batch larger than the cache. On error nothing read for this batch is published.
+    /// Errors: as [`ExpertCache::fetch_each`].
     pub fn fetch_batch<'f, L, V>(
         &mut self,
         layer: u32,
         experts: &[u32],
-        mut locate: L,
-        mut verify: V,
+        locate: L,
+        verify: V,
     ) -> Result<Batch<'_>>
     where
         L: FnMut(u32) -> Result<ExpertPieces<'f>>,
         V: FnMut(u32, &[u8]) -> Result<()>,
     {
-        let keys: Vec<ExpertKey> = experts.iter().map(|&e| ExpertKey::new(layer, e)).collect();
-        let res = self.core.reserve(&keys)?;
-        match self.fill(&res, &mut locate, &mut verify) {
-            Ok(()) => self.core.publish(&res),
-            Err(e) => {
-                self.core.abort(&res);
-                return Err(e);
-            }
-        }
-        let spans = res
-            .record_slots
+        self.fetch_each(layer, experts, locate, verify, &mut |_, _| Ok(()))?;
+        let spans = experts
             .iter()
-            .map(|&s| {
-                let (pad, len) = self.payload[s as usize];
-                (s as usize * self.stride + pad as usize, len as usize)
+            .map(|&e| {
+                let s = self
+                    .core
+                    .slot_of(ExpertKey::new(layer, e))
+                    .expect("a fetched expert is published") as usize;
+                let (pad, len) = self.payload[s];
+                (s * self.stride + pad as usize, len as usize)
             })
             .collect();
         Ok(Batch {
@@ -384,15 +382,64 @@ impl ExpertCache {
         })
     }
 
-    /// Phase 2: locate, read and verify every reserved miss.
+    /// Serves one MoE layer's requests as [`ExpertCache::fetch_batch`] does, handing the
+    /// batch's distinct experts to `ready(ids, payloads)` as they become available rather than
+    /// all at the end: first those already resident, while the misses are read, then each
+    /// group of misses that landed and passed `verify`, in landing order. Every distinct
+    /// expert is passed exactly once over the calls, its payload exactly its bytes. The new
+    /// slots are published only once every read landed and passed and `ready` returned Ok; a
+    /// failed batch publishes none, although `ready` may have seen some of its experts (the
+    /// caller fails the token).
+    ///
+    /// Errors, in this order of precedence: the first failing read in file-offset order (exit
+    /// 4, naming file and offset, with the layer and expert appended); an expert larger than a
+    /// slot (exit 4: the checkpoint changed since it was indexed); errors from `locate` and
+    /// `verify` as they are; exit 1 for a batch larger than the cache; `ready`'s error. After
+    /// a failed read or check, `ready` is not called again.
+    pub fn fetch_each<'f, L, V>(
+        &mut self,
+        layer: u32,
+        experts: &[u32],
+        mut locate: L,
+        mut verify: V,
+        ready: &mut OnReady<'_>,
+    ) -> Result<()>
+    where
+        L: FnMut(u32) -> Result<ExpertPieces<'f>>,
+        V: FnMut(u32, &[u8]) -> Result<()>,
+    {
+        let keys: Vec<ExpertKey> = experts.iter().map(|&e| ExpertKey::new(layer, e)).collect();
+        let res = self.core.reserve(&keys)?;
+        match self.fill(&keys, &res, &mut locate, &mut verify, ready) {
+            Ok(()) => {
+                self.core.publish(&res);
+                Ok(())
+            }
+            Err(e) => {
+                self.core.abort(&res);
+                Err(e)
+            }
+        }
+    }
+
+    /// Phase 2: locate every reserved miss and read it into its slot, handing the resident
+    /// experts to `ready` while the reads are in flight and each landed miss once it passed
+    /// `verify`; records where each payload landed.
     fn fill<'f>(
         &mut self,
+        keys: &[ExpertKey],
         res: &Reservation,
         locate: &mut dyn FnMut(u32) -> Result<ExpertPieces<'f>>,
         verify: &mut dyn FnMut(u32, &[u8]) -> Result<()>,
+        ready: &mut OnReady<'_>,
     ) -> Result<()> {
-        if res.misses.is_empty() {
-            return Ok(());
+        // The distinct resident experts, in request order, with their slots.
+        let mut hits: Vec<(u32, u32)> = Vec::new();
+        for (k, &s) in keys.iter().zip(&res.record_slots) {
+            let seen = hits.iter().any(|h| h.1 == s) || res.misses.iter().any(|m| m.1 == s);
+            if !seen {
+                hits.push((k.expert, s));
+            }
         }
         let mut jobs = Vec::with_capacity(res.misses.len());
         for &(key, slot) in &res.misses {
@@ -418,59 +465,97 @@ impl ExpertCache {
             (loc.pieces[0].file.id(), loc.pieces[0].offset, *slot)
         });
 
+        // Every slot of the batch, carved apart: the misses' to be written by the reads, the
+        // resident ones to be read by `ready` meanwhile.
         let mut slots_sorted: Vec<u32> = jobs.iter().map(|j| j.1).collect();
+        slots_sorted.extend(hits.iter().map(|h| h.1));
         slots_sorted.sort_unstable();
         let mut carved: Vec<Option<&mut [u8]>> = carve(&mut self.arena, self.stride, &slots_sorted)
             .into_iter()
             .map(Some)
             .collect();
-        let mut reqs: Vec<ReadRequest<'_>> = Vec::with_capacity(jobs.len());
-        for (_, slot, loc) in &jobs {
-            let idx = slots_sorted.binary_search(slot).expect("slot was carved");
-            reqs.push(ReadRequest {
+        let mut take = |slot: u32| {
+            let idx = slots_sorted.binary_search(&slot).expect("slot was carved");
+            carved[idx].take().expect("each slot is carved once")
+        };
+        let hit_ids: Vec<u32> = hits.iter().map(|h| h.0).collect();
+        let hit_payloads: Vec<&[u8]> = hits
+            .iter()
+            .map(|&(_, s)| {
+                let (pad, len) = self.payload[s as usize];
+                let slot: &[u8] = take(s);
+                &slot[pad as usize..(pad + len) as usize]
+            })
+            .collect();
+        let mut reqs: Vec<ReadRequest<'_>> = jobs
+            .iter()
+            .map(|(_, slot, loc)| ReadRequest {
                 pieces: loc.pieces.clone(),
-                dest: carved[idx].take().expect("each slot is reserved once"),
+                dest: take(*slot),
                 outcome: None,
-            });
-        }
-        let t0 = Instant::now();
-        self.io.read_batch(&mut reqs);
-        self.core.stats.read_seconds += t0.elapsed().as_secs_f64();
-        self.core.stats.reads += reqs.len() as u64;
-        let mut done = Vec::with_capacity(reqs.len());
-        let mut first_error = None;
-        for (r, (key, _, _)) in reqs.iter_mut().zip(&jobs) {
-            match r.outcome.take() {
-                Some(Ok(d)) => {
-                    self.core.stats.bytes_read += d.device_bytes;
-                    done.push(d);
-                }
-                Some(Err(e)) => {
-                    if first_error.is_none() {
-                        first_error = Some(Error::new(
-                            e.kind,
-                            format!("{} (routed expert: {key})", e.message),
-                        ));
+            })
+            .collect();
+
+        let stats = &mut self.core.stats;
+        let mut landed: Vec<Option<(u32, u32)>> = vec![None; jobs.len()];
+        // The first failed read and the first failed check, each by file-offset order.
+        let mut read_error: Option<(usize, Error)> = None;
+        let mut check_error: Option<(usize, Error)> = None;
+        let mut work = |group: &[(usize, &ReadRequest<'_>)]| -> Result<()> {
+            if group.is_empty() {
+                return if hits.is_empty() {
+                    Ok(())
+                } else {
+                    ready(&hit_ids, &hit_payloads)
+                };
+            }
+            let mut ids = Vec::with_capacity(group.len());
+            let mut payloads = Vec::with_capacity(group.len());
+            for &(i, r) in group {
+                let key = jobs[i].0;
+                let failed = |first: &mut Option<(usize, Error)>, e: Error| {
+                    if first.as_ref().is_none_or(|f| i < f.0) {
+                        *first = Some((i, e));
                     }
-                }
-                None => {
-                    first_error.get_or_insert_with(|| {
-                        Error::internal(format!("{key}: read finished without an outcome"))
-                    });
+                };
+                match &r.outcome {
+                    Some(Ok(d)) => {
+                        stats.bytes_read += d.device_bytes;
+                        let payload = &r.dest[d.pad..d.pad + jobs[i].2.len()];
+                        match verify(key.expert, payload) {
+                            Ok(()) => {
+                                landed[i] = Some((d.pad as u32, payload.len() as u32));
+                                ids.push(key.expert);
+                                payloads.push(payload);
+                            }
+                            Err(e) => failed(&mut check_error, e),
+                        }
+                    }
+                    Some(Err(e)) => failed(
+                        &mut read_error,
+                        Error::new(e.kind, format!("{} (routed expert: {key})", e.message)),
+                    ),
+                    None => failed(
+                        &mut read_error,
+                        Error::internal(format!("{key}: read finished without an outcome")),
+                    ),
                 }
             }
-        }
+            if read_error.is_some() || check_error.is_some() || ids.is_empty() {
+                return Ok(());
+            }
+            ready(&ids, &payloads)
+        };
+        let in_flight = self.io.read_batch_landing(&mut reqs, &mut work);
+        self.core.stats.reads += reqs.len() as u64;
         drop(reqs);
-        if let Some(e) = first_error {
+        if let Some((_, e)) = read_error.or(check_error) {
             return Err(e);
         }
-        for ((key, slot, loc), d) in jobs.iter().zip(&done) {
-            let start = *slot as usize * self.stride + d.pad;
-            let len = loc.len();
-            verify(key.expert, &self.arena[start..start + len])?;
-        }
-        for ((_, slot, loc), d) in jobs.iter().zip(&done) {
-            self.payload[*slot as usize] = (d.pad as u32, loc.len() as u32);
+        self.core.stats.read_seconds += in_flight?;
+        for ((_, slot, _), at) in jobs.iter().zip(landed) {
+            self.payload[*slot as usize] =
+                at.ok_or_else(|| Error::internal("a read of the batch never landed"))?;
         }
         Ok(())
     }

@@ -1,14 +1,14 @@
 //! The expert cache behind the model's [`ExpertSource`] interface (ENGINE.md §5): the MoE block
 //! notes a layer's requests (T × Kt, positions ascending, selection order), then asks for the
 //! distinct experts in sub-batches no larger than the cache; each sub-batch is one
-//! [`ExpertCache::fetch_batch`] over the requests of its experts, so requests, true resident
+//! [`ExpertCache::fetch_each`] over the requests of its experts, so requests, true resident
 //! hits, reads and evictions are counted per request exactly as the simulator counts them.
 //! Every freshly read expert passes the E8M0 scan before it is published (FORMATS.md §5).
 
 use super::expert_cache::{self, CacheStats, ExpertCache};
 use crate::error::{Error, Result};
 use crate::io::{Extent, IoFile};
-use crate::model::experts::{expert_view, ExpertShape, ExpertSource, ExpertStats, ExpertView};
+use crate::model::experts::{expert_view, ExpertShape, ExpertSource, ExpertStats, UseExperts};
 use std::sync::Arc;
 
 /// Where the six tensors of one routed expert are, in the fixed order of FORMATS.md §4
@@ -99,7 +99,7 @@ impl ExpertSource for CachedExperts {
         &mut self,
         layer: usize,
         experts: &[u32],
-        f: &mut dyn FnMut(&[ExpertView<'_>]) -> Result<()>,
+        f: &mut UseExperts<'_>,
     ) -> Result<()> {
         let cache = self
             .cache
@@ -150,21 +150,19 @@ impl ExpertSource for CachedExperts {
         let verify = |e: u32, payload: &[u8]| -> Result<()> {
             expert_view(payload, inter, latent, &locs[e as usize].names).map(|_| ())
         };
-        let batch = cache.fetch_batch(layer as u32, &recs, locate, verify)?;
-        let mut views = Vec::with_capacity(experts.len());
-        for &e in experts {
-            let i = recs
-                .iter()
-                .position(|&x| x == e)
-                .expect("every expert is among the records");
-            views.push(expert_view(
-                batch.payload(i),
-                inter,
-                latent,
-                &locs[e as usize].names,
-            )?);
-        }
-        f(&views)
+        let mut ready = |ids: &[u32], payloads: &[&[u8]]| -> Result<()> {
+            let mut views = Vec::with_capacity(ids.len());
+            for (&e, payload) in ids.iter().zip(payloads) {
+                views.push(expert_view(
+                    payload,
+                    inter,
+                    latent,
+                    &locs[e as usize].names,
+                )?);
+            }
+            f(ids, &views)
+        };
+        cache.fetch_each(layer as u32, &recs, locate, verify, &mut ready)
     }
 
     fn stats(&self) -> ExpertStats {

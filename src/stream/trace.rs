@@ -13,7 +13,7 @@
 use super::ExpertKey;
 use crate::error::{Error, Result};
 use crate::io::OutFile;
-use crate::model::experts::{ExpertSource, ExpertStats, ExpertView};
+use crate::model::experts::{ExpertSource, ExpertStats, UseExperts};
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -350,7 +350,7 @@ impl<S: ExpertSource> ExpertSource for Traced<S> {
         &mut self,
         layer: usize,
         experts: &[u32],
-        f: &mut dyn FnMut(&[ExpertView<'_>]) -> Result<()>,
+        f: &mut UseExperts<'_>,
     ) -> Result<()> {
         self.inner.with_experts(layer, experts, f)
     }

@@ -21,7 +21,7 @@ use k3::config::Config;
 use k3::generate::sample::SamplerSettings;
 use k3::generate::session::{SequenceOptions, Session};
 use k3::generate::stop::StopRules;
-use k3::model::experts::{ExpertSource, ExpertStats, ExpertView};
+use k3::model::experts::{ExpertSource, ExpertStats, ExpertView, UseExperts};
 use k3::model::{self, Dims, Exec};
 use k3_bench::membw;
 use k3_kernels::{Isa, Kernels};
@@ -105,18 +105,19 @@ impl ResidentExperts {
                 views.push(Vec::new());
                 continue;
             }
-            let mut lv = Vec::with_capacity(d.e);
+            // Filled by id: a source hands experts over in the order they become available.
+            let mut lv = vec![None; d.e];
             let ids: Vec<u32> = (0..d.e as u32).collect();
             for group in ids.chunks(src.max_batch()) {
-                src.with_experts(l, group, &mut |vs| {
-                    for v in vs {
+                src.with_experts(l, group, &mut |got, vs| {
+                    for (&e, v) in got.iter().zip(vs) {
                         let own = |m: &k3_kernels::Mxfp4<'_>| -> k3_kernels::Mxfp4<'static> {
                             let p: &'static [u8] = Box::leak(m.packed().to_vec().into());
                             let s: &'static [u8] = Box::leak(m.scales().to_vec().into());
                             k3_kernels::Mxfp4::new(p, s, m.rows(), m.cols())
                                 .expect("a validated matrix stays valid")
                         };
-                        lv.push(ExpertView {
+                        lv[e as usize] = Some(ExpertView {
                             w1: own(&v.w1),
                             w2: own(&v.w2),
                             w3: own(&v.w3),
@@ -125,7 +126,11 @@ impl ResidentExperts {
                     Ok(())
                 })?;
             }
-            views.push(lv);
+            views.push(
+                lv.into_iter()
+                    .map(|v| v.expect("every expert was handed over"))
+                    .collect(),
+            );
         }
         Ok(ResidentExperts {
             views,
@@ -152,7 +157,7 @@ impl ExpertSource for ResidentExperts {
         &mut self,
         layer: usize,
         experts: &[u32],
-        f: &mut dyn FnMut(&[ExpertView<'_>]) -> k3::Result<()>,
+        f: &mut UseExperts<'_>,
     ) -> k3::Result<()> {
         let vs: Vec<ExpertView<'_>> = experts
             .iter()
@@ -163,7 +168,7 @@ impl ExpertSource for ResidentExperts {
                 self.used.push((layer, e));
             }
         }
-        f(&vs)
+        f(experts, &vs)
     }
     fn stats(&self) -> ExpertStats {
         self.stats

@@ -250,6 +250,74 @@ fn io_threads_read_a_batch_in_parallel_and_report_each_outcome() {
     assert_eq!(e.exit_code(), 4);
 }
 
+#[test]
+fn a_landing_batch_hands_each_read_over_once_after_the_work_that_needs_none() {
+    let dir = TempDir::new("io-landing");
+    let data = pattern(11, 400_000);
+    let p = dir.file("f.bin", &data);
+    let f = IoFile::open(&p).unwrap();
+    let io = IoThreads::new(3).unwrap();
+    let len = 9_000;
+    let stride = window_capacity(len).unwrap();
+    let n = 10;
+    let mut arena = AlignedBuf::new(stride * n).unwrap();
+    let offsets: Vec<u64> = (0..n as u64).map(|i| 7 + i * 31_003).collect();
+    let mut reqs: Vec<ReadRequest<'_>> = arena
+        .chunks_exact_mut(stride)
+        .zip(&offsets)
+        .map(|(dest, &off)| ReadRequest {
+            pieces: vec![Extent {
+                file: &f,
+                offset: off,
+                len,
+            }],
+            dest,
+            outcome: None,
+        })
+        .collect();
+    let mut calls = 0;
+    let mut seen = vec![0; n];
+    let secs = io
+        .read_batch_landing(&mut reqs, &mut |group| {
+            calls += 1;
+            assert_eq!(
+                group.is_empty(),
+                calls == 1,
+                "only the first call has no read"
+            );
+            for &(i, r) in group {
+                seen[i] += 1;
+                let d = r.outcome.as_ref().unwrap().as_ref().unwrap();
+                let off = offsets[i] as usize;
+                assert_eq!(
+                    &r.dest[d.pad..d.pad + len],
+                    &data[off..off + len],
+                    "read {i}"
+                );
+            }
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(seen, vec![1; n], "every read is handed over exactly once");
+    assert!(secs >= 0.0);
+
+    // An error from the work stops the calls but not the reads: every request has finished
+    // (its outcome set) when the call returns.
+    for r in &mut reqs {
+        r.outcome = None;
+    }
+    let mut calls = 0;
+    let e = io
+        .read_batch_landing(&mut reqs, &mut |_| {
+            calls += 1;
+            Err(k3::Error::invalid("stop here"))
+        })
+        .unwrap_err();
+    assert_eq!(e.message, "stop here");
+    assert_eq!(calls, 1);
+    assert!(reqs.iter().all(|r| r.outcome.is_some()));
+}
+
 /// Runs inside a private mount namespace with a ramfs (which refuses O_DIRECT) mounted at
 /// `$K3_RAMFS_CHILD`; see the test below.
 fn ramfs_child(dir: &str) {

@@ -268,6 +268,88 @@ fn a_failed_verification_publishes_nothing_and_the_expert_is_checked_again_next_
 }
 
 #[test]
+fn resident_experts_are_handed_over_first_and_each_miss_once_as_it_lands() {
+    let n = 5000;
+    let s = Shard::new("ec-each", 1, 1, 12, n);
+    let f = IoFile::open(&s.path).unwrap();
+    let mut c = cache(8, n, "lru");
+    fetch(&mut c, &f, &s, 1, &[3, 7]).unwrap();
+    // Requests with repeats: 7 and 3 resident, 1, 9 and 4 to be read.
+    let requests = [1, 7, 9, 3, 7, 4, 1];
+    let mut calls: Vec<Vec<u32>> = Vec::new();
+    c.fetch_each(
+        1,
+        &requests,
+        |e| Ok(ExpertPieces::run(&f, s.offset(1, e), n)),
+        |_, _| Ok(()),
+        &mut |ids, payloads| {
+            assert_eq!(ids.len(), payloads.len());
+            for (&e, p) in ids.iter().zip(payloads) {
+                assert!(*p == expected(1, e, n).as_slice(), "payload of expert {e}");
+            }
+            calls.push(ids.to_vec());
+            Ok(())
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        calls[0],
+        [7, 3],
+        "the resident experts first, in request order"
+    );
+    let mut later: Vec<u32> = calls[1..].concat();
+    later.sort_unstable();
+    assert_eq!(later, [1, 4, 9], "every miss exactly once");
+    assert!([1, 3, 4, 7, 9].iter().all(|&e| c.contains(1, e)));
+
+    // A batch of hits only is one call; a failing read publishes nothing and ends the calls
+    // with the read's error, though other experts may have been handed over.
+    let mut calls = 0;
+    c.fetch_each(
+        1,
+        &[9, 1],
+        |_| unreachable!(),
+        |_, _| Ok(()),
+        &mut |ids, _| {
+            calls += 1;
+            assert_eq!(ids, [9, 1]);
+            Ok(())
+        },
+    )
+    .unwrap();
+    assert_eq!(calls, 1);
+    let short = Shard::new("ec-each-short", 1, 1, 2, n);
+    let g = IoFile::open(&short.path).unwrap();
+    let e = c
+        .fetch_each(
+            1,
+            &[5, 11],
+            |e| {
+                Ok(if e == 11 {
+                    ExpertPieces::run(&g, short.offset(1, 1) + 10, n)
+                } else {
+                    ExpertPieces::run(&f, s.offset(1, e), n)
+                })
+            },
+            |_, _| Ok(()),
+            &mut |ids, _| {
+                assert!(!ids.contains(&11));
+                Ok(())
+            },
+        )
+        .unwrap_err();
+    assert_eq!(e.exit_code(), 4);
+    assert!(
+        e.message.contains("(routed expert: layer 1 expert 11)"),
+        "{e}"
+    );
+    assert!(
+        !c.contains(1, 5) && !c.contains(1, 11),
+        "a failed batch publishes nothing"
+    );
+}
+
+#[test]
 fn an_expert_larger_than_a_slot_is_exit_4() {
     let s = Shard::new("ec-size", 1, 1, 8, 4000);
     let f = IoFile::open(&s.path).unwrap();
