@@ -101,17 +101,23 @@ impl ReadRequest<'_> {
     }
 }
 
-/// Reports one request of a batch finished (its index, when) when dropped: after the job's
-/// last use of the request, also if the job panicked or was dropped unrun.
+/// The finished requests of a batch (index, when) not yet handed to the caller.
+struct Reports {
+    done: Mutex<Vec<(usize, Instant)>>,
+    cv: Condvar,
+}
+
+/// Reports one request of a batch finished when dropped: after the job's last use of the
+/// request, also if the job panicked or was dropped unrun.
 struct Landed {
-    tx: mpsc::Sender<(usize, Instant)>,
+    reports: Arc<Reports>,
     index: usize,
 }
 
 impl Drop for Landed {
     fn drop(&mut self) {
-        // The receiver lives until every report arrived (`Landing`), so this cannot fail.
-        let _ = self.tx.send((self.index, Instant::now()));
+        lock(&self.reports.done).push((self.index, Instant::now()));
+        self.reports.cv.notify_all();
     }
 }
 
@@ -119,33 +125,29 @@ impl Drop for Landed {
 /// `read_batch_landing` cannot return (or unwind) while a worker may still touch the caller's
 /// requests.
 struct Landing {
-    rx: mpsc::Receiver<(usize, Instant)>,
+    reports: Arc<Reports>,
     left: usize,
 }
 
 impl Landing {
-    /// The next finished request, blocking. Errors (exit 1) only if every sender is gone with
-    /// reports missing, which the `Landed` guards rule out.
-    fn next(&mut self) -> Result<(usize, Instant)> {
-        let r = self
-            .rx
-            .recv()
-            .map_err(|_| Error::internal("an I/O thread was lost with reads of a batch"))?;
-        self.left -= 1;
-        Ok(r)
-    }
-
-    /// A finished request already reported, without blocking.
-    fn ready(&mut self) -> Option<(usize, Instant)> {
-        let r = self.rx.try_recv().ok()?;
-        self.left -= 1;
-        Some(r)
+    /// Every request reported finished since the last call, waiting for at least one (call
+    /// only while `left > 0`).
+    fn next_group(&mut self) -> Vec<(usize, Instant)> {
+        let mut done = lock(&self.reports.done);
+        while done.is_empty() {
+            done = self.reports.cv.wait(done).unwrap_or_else(|e| e.into_inner());
+        }
+        let group = std::mem::take(&mut *done);
+        self.left -= group.len();
+        group
     }
 }
 
 impl Drop for Landing {
     fn drop(&mut self) {
-        while self.left > 0 && self.next().is_ok() {}
+        while self.left > 0 {
+            self.next_group();
+        }
     }
 }
 
@@ -210,8 +212,7 @@ impl IoThreads {
     /// does not stop the others (the caller decides what to publish). Call it from compute or
     /// main threads, never from a job running on these I/O threads (it would wait for itself).
     pub fn read_batch(&self, reqs: &mut [ReadRequest<'_>]) {
-        // Without work to do, the only error is a lost I/O thread, which leaves the request's
-        // outcome unset; the caller reports that.
+        // Work that cannot fail: the call cannot either (reads' errors are their outcomes).
         let _ = self.read_batch_landing(reqs, &mut |_| Ok(()));
     }
 
@@ -224,8 +225,8 @@ impl IoThreads {
     /// batch's time in flight, however long `work` took.
     ///
     /// Errors: the first error `work` returns (no further call is made, but the call still
-    /// waits for every queued read, which writes into the caller's buffers); exit 1 if an I/O
-    /// thread was lost.
+    /// waits for every queued read, which writes into the caller's buffers). A read's own error
+    /// is its request's `outcome`.
     pub fn read_batch_landing<'r, 'a>(
         &self,
         reqs: &'r mut [ReadRequest<'a>],
@@ -233,9 +234,15 @@ impl IoThreads {
     ) -> Result<f64> {
         let n = reqs.len();
         let base = reqs.as_mut_ptr();
-        let (tx, rx) = mpsc::channel();
+        let reports = Arc::new(Reports {
+            done: Mutex::new(Vec::with_capacity(n)),
+            cv: Condvar::new(),
+        });
         // Declared before the jobs are queued: whatever happens below, its drop waits for all.
-        let mut landing = Landing { rx, left: n };
+        let mut landing = Landing {
+            reports: Arc::clone(&reports),
+            left: n,
+        };
         let t0 = Instant::now();
         {
             let mut st = lock(&self.shared.state);
@@ -243,7 +250,7 @@ impl IoThreads {
                 // SAFETY: i < n = reqs.len(), so the offset stays inside the slice.
                 let ptr = RequestPtr(unsafe { base.add(i) }.cast::<ReadRequest<'static>>());
                 let done = Landed {
-                    tx: tx.clone(),
+                    reports: Arc::clone(&reports),
                     index: i,
                 };
                 st.jobs.push_back(Box::new(move || {
@@ -258,21 +265,18 @@ impl IoThreads {
                 }));
             }
         }
-        drop(tx);
         self.shared.cv.notify_all();
         work(&[])?;
         let mut last = t0;
         let mut group: Vec<(usize, &'r ReadRequest<'a>)> = Vec::with_capacity(n);
         while landing.left > 0 {
             group.clear();
-            let mut next = Some(landing.next()?);
-            while let Some((i, at)) = next {
+            for (i, at) in landing.next_group() {
                 last = last.max(at);
                 // SAFETY: request i finished: its worker dropped `Landed` after its last use of
                 // it, and no job refers to it any more; from here on it is only read, through
                 // shared references, for the rest of the caller's borrow 'r.
                 group.push((i, unsafe { &*base.add(i) }));
-                next = landing.ready();
             }
             work(&group)?;
         }
