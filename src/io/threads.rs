@@ -135,7 +135,11 @@ impl Landing {
     fn next_group(&mut self) -> Vec<(usize, Instant)> {
         let mut done = lock(&self.reports.done);
         while done.is_empty() {
-            done = self.reports.cv.wait(done).unwrap_or_else(|e| e.into_inner());
+            done = self
+                .reports
+                .cv
+                .wait(done)
+                .unwrap_or_else(|e| e.into_inner());
         }
         let group = std::mem::take(&mut *done);
         self.left -= group.len();

@@ -8,7 +8,7 @@ use crate::checkpoint::TensorIndex;
 use crate::cli::args::Args;
 use crate::error::{Error, Result};
 use crate::io::IoFile;
-use crate::stream::coded::{probe, StagePool, CODEC_NAME};
+use crate::stream::coded::{probe, StagePool, CODEC_NAME, PROBE_MARGIN};
 use crate::stream::pack::PackedTrunk;
 use std::sync::Arc;
 
@@ -124,11 +124,11 @@ pub(super) fn open_packed(
                 .collect();
             let sp = probe(&bin, &blocks, &pool)?;
             let speeds = format!(
-                "decoding {:.2} GB/s on {} thread{} against the {:.2} GB/s it must beat (the disk's {:.2} GB/s ÷ the {:.1} % the codec saves)",
+                "decoding {:.2} GB/s on {} thread{} against the {:.2} GB/s it must beat ({PROBE_MARGIN} × the disk's {:.2} GB/s ÷ the {:.1} % the codec saves)",
                 sp.decode_bytes_per_s / 1e9,
                 sp.threads,
                 if sp.threads == 1 { "" } else { "s" },
-                sp.break_even_bytes_per_s() / 1e9,
+                sp.needed_bytes_per_s() / 1e9,
                 sp.disk_bytes_per_s / 1e9,
                 100.0 * (1.0 - sp.coded_ratio)
             );

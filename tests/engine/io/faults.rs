@@ -155,6 +155,31 @@ fn open_refuses_a_missing_file_or_a_directory_with_exit_2() {
     assert!(e.message.contains("not a regular file"), "{e}");
 }
 
+/// One single-piece read per `stride` bytes of `arena`: `len` bytes at each of `offsets`, of
+/// the file `file_of(i)`.
+fn one_read_each<'a>(
+    arena: &'a mut [u8],
+    stride: usize,
+    offsets: &[u64],
+    len: usize,
+    file_of: impl Fn(usize) -> &'a IoFile,
+) -> Vec<ReadRequest<'a>> {
+    arena
+        .chunks_exact_mut(stride)
+        .zip(offsets)
+        .enumerate()
+        .map(|(i, (dest, &offset))| ReadRequest {
+            pieces: vec![Extent {
+                file: file_of(i),
+                offset,
+                len,
+            }],
+            dest,
+            outcome: None,
+        })
+        .collect()
+}
+
 #[test]
 fn io_threads_read_a_batch_in_parallel_and_report_each_outcome() {
     let dir = TempDir::new("io-threads");
@@ -170,21 +195,14 @@ fn io_threads_read_a_batch_in_parallel_and_report_each_outcome() {
     let mut arena = AlignedBuf::new(stride * n).unwrap();
     let offsets: Vec<u64> = (0..n as u64).map(|i| 1 + i * 37_001).collect();
     {
-        let mut reqs: Vec<ReadRequest<'_>> = arena
-            .chunks_exact_mut(stride)
-            .zip(&offsets)
-            .enumerate()
-            .map(|(i, (dest, &off))| ReadRequest {
-                // Request 5 reads past the end of g.bin: it alone must fail.
-                pieces: vec![Extent {
-                    file: if i == 5 { &g } else { &f },
-                    offset: off,
-                    len,
-                }],
-                dest,
-                outcome: None,
-            })
-            .collect();
+        // Request 5 reads past the end of g.bin: it alone must fail.
+        let mut reqs = one_read_each(&mut arena, stride, &offsets, len, |i| {
+            if i == 5 {
+                &g
+            } else {
+                &f
+            }
+        });
         io.read_batch(&mut reqs);
         for (i, r) in reqs.iter().enumerate() {
             match r.outcome.as_ref().unwrap() {
@@ -262,19 +280,7 @@ fn a_landing_batch_hands_each_read_over_once_after_the_work_that_needs_none() {
     let n = 10;
     let mut arena = AlignedBuf::new(stride * n).unwrap();
     let offsets: Vec<u64> = (0..n as u64).map(|i| 7 + i * 31_003).collect();
-    let mut reqs: Vec<ReadRequest<'_>> = arena
-        .chunks_exact_mut(stride)
-        .zip(&offsets)
-        .map(|(dest, &off)| ReadRequest {
-            pieces: vec![Extent {
-                file: &f,
-                offset: off,
-                len,
-            }],
-            dest,
-            outcome: None,
-        })
-        .collect();
+    let mut reqs = one_read_each(&mut arena, stride, &offsets, len, |_| &f);
     let mut calls = 0;
     let mut seen = vec![0; n];
     let secs = io

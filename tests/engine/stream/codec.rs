@@ -461,7 +461,7 @@ fn auto_says_what_it_measured() {
     assert!(
         err.contains("trunk codec bf16-huffman")
             && err.contains("GB/s on")
-            && err.contains("it must beat (the disk's")
+            && err.contains("it must beat (1.5 × the disk's")
             && (err.contains(": decoded") || err.contains("not used")),
         "{err}"
     );
