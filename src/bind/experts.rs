@@ -7,7 +7,7 @@ use crate::catalogue;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::io::{window_capacity, AlignedBuf, Extent, IoFile};
-use crate::model::experts::{expert_view, ExpertShape, ExpertSource, ExpertStats, UseExperts};
+use crate::model::experts::{ExpertShape, ExpertSource, ExpertStats, UseExperts};
 pub use crate::stream::experts::ExpertLocation;
 use std::time::Instant;
 
@@ -186,16 +186,11 @@ impl ExpertSource for PreadExperts {
             self.stats.bytes_read += self.slots[slot].len as u64;
         }
         self.stats.read_seconds += start.elapsed().as_secs_f64();
-        let (i, l) = (self.shape.inter, self.shape.latent);
         let mut views = Vec::with_capacity(experts.len());
         for (s, &e) in self.slots.iter().zip(experts) {
-            let names = &self.locations[layer][e as usize].names;
-            views.push(expert_view(
-                &s.buf.as_slice()[s.pad..s.pad + s.len],
-                i,
-                l,
-                names,
-            )?);
+            let loc = &self.locations[layer][e as usize];
+            let file = self.shards.get(loc.parts[0].file).and_then(|f| f.as_ref());
+            views.push(loc.view(&s.buf.as_slice()[s.pad..s.pad + s.len], self.shape, file)?);
         }
         f(experts, &views)
     }

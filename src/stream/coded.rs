@@ -155,7 +155,7 @@ pub struct BlockRead {
 /// a batch before reading the next, while the other threads read.
 ///
 /// Errors: a read failure (exit 4, naming the file and offset); a block that does not decode
-/// (exit 4, naming the file, the block's offset and what is wrong); exit 1 when `out` is too
+/// (exit 2, naming the file, the block's offset and what is wrong); exit 1 when `out` is too
 /// small or the blocks are not contiguous (a bug in the caller).
 pub fn read_blocks(
     file: &IoFile,
@@ -354,12 +354,18 @@ pub const PROBE_MARGIN: f64 = 1.5;
 /// Raw bytes the [`probe`] decodes (in a few batches spread over the file).
 pub const PROBE_BYTES: u64 = 48 << 20;
 
-/// Measures the codec on `blocks` (every block of the packed trunk, in file order): reads
-/// batches of coded blocks spread over the file (fresh offsets, which no earlier read of this
-/// run served) and decodes them with the pool's threads, timing both.
+/// Measures the codec on `blocks` (every block of the packed trunk, in file order; block i
+/// belongs to layer `layer_of[i]`): reads batches of coded blocks spread over the file (fresh
+/// offsets, which no earlier read of this run served) and decodes them with the pool's
+/// threads, timing both.
 ///
-/// Errors: a read or decode failure (exit 4), as [`read_blocks`].
-pub fn probe(file: &IoFile, blocks: &[CodedBlock], pool: &StagePool) -> Result<CodecSpeed> {
+/// Errors: as [`read_blocks`], naming the layer.
+pub fn probe(
+    file: &IoFile,
+    blocks: &[CodedBlock],
+    layer_of: &[usize],
+    pool: &StagePool,
+) -> Result<CodecSpeed> {
     let coded: Vec<usize> = (0..blocks.len())
         .filter(|&i| !blocks[i].is_stored())
         .collect();
@@ -405,7 +411,17 @@ pub fn probe(file: &IoFile, blocks: &[CodedBlock], pool: &StagePool) -> Result<C
             let (first, rest) = stages.split_at_mut(1);
             let src = &first[0].buf[r.pad..r.pad + len];
             let t1 = Instant::now();
-            decode_parallel(file, bs, src, &mut out[..raw_len], rest, &mut first[0].dec)?;
+            decode_parallel(file, bs, src, &mut out[..raw_len], rest, &mut first[0].dec).map_err(
+                |e| {
+                    let (a, b) = (layer_of[start], layer_of[start + bs.len() - 1]);
+                    let layers = if a == b {
+                        format!("layer {a}")
+                    } else {
+                        format!("layers {a}–{b}")
+                    };
+                    Error::new(e.kind, format!("{layers} trunk: {}", e.message))
+                },
+            )?;
             dec_s += t1.elapsed().as_secs_f64();
             raw += raw_len as u64;
         }
@@ -458,7 +474,8 @@ fn decode_parallel(
 }
 
 /// Block `b` from its stored bytes `src` into the front of `dst`: copied when stored, else
-/// decoded. Errors: exit 4 naming the file, the block and what does not decode.
+/// decoded. Errors: exit 2 (damaged input, as a corrupt shard is) naming the file, the block
+/// and what does not decode.
 fn decode_block(
     file: &IoFile,
     b: &CodedBlock,
@@ -472,7 +489,7 @@ fn decode_block(
         return Ok(());
     }
     dec.decode_bf16(src, dst).map_err(|e| {
-        Error::io(format!(
+        Error::invalid(format!(
             "{}: the coded block at offset {} ({} bytes, run bytes {}..{}) does not decode: {e}; the packed trunk is corrupt: pack it again",
             file.path().display(),
             b.off,

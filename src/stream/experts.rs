@@ -8,7 +8,9 @@
 use super::expert_cache::{self, CacheStats, ExpertCache};
 use crate::error::{Error, Result};
 use crate::io::{Extent, IoFile};
-use crate::model::experts::{expert_view, ExpertShape, ExpertSource, ExpertStats, UseExperts};
+use crate::model::experts::{
+    expert_view, ExpertShape, ExpertSource, ExpertStats, ExpertView, UseExperts,
+};
 use std::sync::Arc;
 
 /// Where the six tensors of one routed expert are, in the fixed order of FORMATS.md §4
@@ -32,6 +34,21 @@ impl ExpertLocation {
     /// Total bytes of the six tensors.
     pub fn bytes(&self) -> usize {
         self.parts.iter().map(|p| p.len).sum()
+    }
+
+    /// Validated views of this expert's `payload` ([`expert_view`]), read from `shard` (the
+    /// file of its first extent). Errors: an E8M0 scale of 255 (exit 2) naming the shard file
+    /// as well as the tensor, row and group (ENGINE.md §3: the message names the file).
+    pub fn view<'a>(
+        &self,
+        payload: &'a [u8],
+        shape: ExpertShape,
+        shard: Option<&IoFile>,
+    ) -> Result<ExpertView<'a>> {
+        expert_view(payload, shape.inter, shape.latent, &self.names).map_err(|e| match shard {
+            Some(f) => Error::new(e.kind, format!("{}: {}", f.path().display(), e.message)),
+            None => e,
+        })
     }
 }
 
@@ -147,8 +164,11 @@ impl ExpertSource for CachedExperts {
             }
             Ok(expert_cache::ExpertPieces { pieces })
         };
+        let shape = self.shape;
         let verify = |e: u32, payload: &[u8]| -> Result<()> {
-            expert_view(payload, inter, latent, &locs[e as usize].names).map(|_| ())
+            let loc = &locs[e as usize];
+            loc.view(payload, shape, shard(shards, loc.parts[0].file).ok())
+                .map(|_| ())
         };
         let mut ready = |ids: &[u32], payloads: &[&[u8]]| -> Result<()> {
             let mut views = Vec::with_capacity(ids.len());

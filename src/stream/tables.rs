@@ -459,7 +459,10 @@ impl Tables {
         };
         let t0 = Instant::now();
         let off = loc.offset + (id * 2 * h) as u64;
-        let d = loc.file.read_window(off, 2 * h, row_buf)?;
+        let d = loc
+            .file
+            .read_window(off, 2 * h, row_buf)
+            .map_err(|e| Error::new(e.kind, format!("{} (embedding row {id})", e.message)))?;
         self.stats.read_seconds += t0.elapsed().as_secs_f64();
         self.stats.embedding_bytes_read += d.device_bytes;
         let pad = even_pad(row_buf, d.pad, 2 * h);
@@ -645,6 +648,19 @@ mod tests {
         t.prefetch_lm_head(&io);
         let (_, vals) = collect(&mut t, &io);
         assert_eq!(vals, evals);
+        // A streamed embedding row that cannot be read names the row as well as file and
+        // offset, as a chunk names its rows.
+        let bad = TableLoc {
+            file: Arc::clone(&eloc.file),
+            offset: 1 << 20,
+        };
+        let mut t = Tables::open(h, v, bad, Some(eloc.clone()), &conf).unwrap();
+        let e = t.embed_row(&io, 15).unwrap_err();
+        assert_eq!(e.exit_code(), 4, "{e}");
+        assert!(
+            e.message.contains("offset") && e.message.contains("(embedding row 15)"),
+            "{e}"
+        );
     }
 
     /// The direct read into one pre-faulted buffer gives the bytes the old element-by-element

@@ -122,7 +122,12 @@ pub(super) fn open_packed(
                 .iter()
                 .flat_map(|l| l.blocks.iter().copied())
                 .collect();
-            let sp = probe(&bin, &blocks, &pool)?;
+            let layer_of: Vec<usize> = pt
+                .layers
+                .iter()
+                .flat_map(|l| std::iter::repeat_n(l.layer, l.blocks.len()))
+                .collect();
+            let sp = probe(&bin, &blocks, &layer_of, &pool)?;
             let speeds = format!(
                 "decoding {:.2} GB/s on {} thread{} against the {:.2} GB/s it must beat ({PROBE_MARGIN} × the disk's {:.2} GB/s ÷ the {:.1} % the codec saves)",
                 sp.decode_bytes_per_s / 1e9,

@@ -253,7 +253,8 @@ fn a_corrupt_block_is_refused_naming_it() {
         let a: Vec<&str> = a.iter().map(|s| s.as_str()).collect();
         run(&model, tag, &a)
     };
-    // a block in the middle of a layer: found when the run reads it (exit 4)
+    // a block in the middle of a layer: found when the run reads it (exit 2: damaged input,
+    // as an E8M0 scale of 255 found mid-run is; ENGINE.md §3)
     let (dir, _) = pack_coded(&model, "codec_corrupt_mid", &[]);
     let j = layout(&dir);
     let n = blocks(&j["layers"][3]).len();
@@ -264,11 +265,37 @@ fn a_corrupt_block_is_refused_naming_it() {
     // the header: a structural error every decoder must see
     flip(&dir.join("trunk.bin"), b[2] + 1);
     let r = go(&dir, "codec_corrupt_mid_run");
-    assert_eq!(r.code, Some(4), "block {i}: {}", r.stderr);
+    assert_eq!(r.code, Some(2), "block {i}: {}", r.stderr);
     assert!(
         r.stderr.contains("does not decode")
             && r.stderr.contains(&format!("offset {}", b[2]))
             && r.stderr.contains("trunk layer 3"),
+        "{}",
+        r.stderr
+    );
+    // `--trunk-codec auto` decodes a sample when it opens: a damaged block it meets is the
+    // same exit 2, naming the layer (it was exit 4 without one)
+    let (dir, _) = pack_coded(&model, "codec_corrupt_probe", &[]);
+    let j = layout(&dir);
+    let bin = dir.join("trunk.bin");
+    let mut bytes = std::fs::read(&bin).unwrap();
+    for l in j["layers"].as_array().unwrap() {
+        let bs = blocks(l);
+        // every coded block but a layer's first and last (those are checked at open)
+        for b in bs.iter().skip(1).take(bs.len().saturating_sub(2)) {
+            if b[3] < b[1] {
+                bytes[b[2] as usize + 1] ^= 0x5a;
+            }
+        }
+    }
+    std::fs::write(&bin, bytes).unwrap();
+    let mut a = args(&dir);
+    *a.last_mut().unwrap() = "auto".into();
+    let a: Vec<&str> = a.iter().map(|s| s.as_str()).collect();
+    let r = run(&model, "codec_corrupt_probe_run", &a);
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("does not decode") && r.stderr.contains(" trunk: "),
         "{}",
         r.stderr
     );

@@ -162,9 +162,10 @@ fn a_log_with_a_non_zero_tail_is_refused() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
-/// FORMATS.md §5: an E8M0 byte of 255 fails the expert load naming tensor, row and group.
+/// FORMATS.md §5: an E8M0 byte of 255 fails the expert load naming tensor, row and group, and
+/// (ENGINE.md §3) the shard file it was read from.
 #[test]
-fn e8m0_scale_255_names_tensor_row_and_group() {
+fn e8m0_scale_255_names_file_tensor_row_and_group() {
     let dir = copy_fixture("tiny-k3", "e8m0");
     // every expert of layer 2: w2 scale [64 rows, 2 groups], row 3 group 1
     for e in 0..8 {
@@ -178,6 +179,10 @@ fn e8m0_scale_255_names_tensor_row_and_group() {
         err.contains("layers.2.block_sparse_moe.experts.")
             && err.contains(".w2.weight_scale: row 3, group 1: E8M0 scale 255 (NaN)"),
         "{err}"
+    );
+    assert!(
+        err.contains(&format!("{}/", dir.display())) && err.contains(".safetensors: "),
+        "the shard file: {err}"
     );
 }
 
