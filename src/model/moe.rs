@@ -1,8 +1,9 @@
 //! Router and Stable LatentMoE (MODEL.md §6.7) over a chunk of T positions. Each distinct
 //! expert of the chunk is fetched once (in sub-batches no larger than the expert source
 //! allows) and run over the positions that selected it; the experts the source hands over
-//! together (those it holds, then those whose reads landed) are computed together (one parallel job for all gate/up products, one for all down products:
-//! threads split rows of every expert, each output element still formed by one thread).
+//! together (those it holds, then those whose reads landed) are computed together (one
+//! parallel job for all gate/up products, one for all down products: threads split rows of
+//! every expert, each output element still formed by one thread).
 //! Every position sums its experts in its own selection order, so neither chunking nor the
 //! batching changes a bit.
 

@@ -10,12 +10,12 @@
 //!    The caller computes meanwhile ([`ExpertCache::fetch_each`]): the resident experts first,
 //!    then each miss as its read lands and passes `verify` (the caller's E8M0 scan).
 //! 3. **Publication**: only when every read of the batch landed completely and passed `verify`
-//!    are the new slots published. On any failure none is: their slots
-//!    return to the free list, the error is returned (exit 4 for I/O), and no byte of a partial
-//!    read is ever visible.
+//!    are the new slots published. On any failure none is: their slots return to the free
+//!    list, the error is returned (exit 4 for I/O), and no byte of a partial read is ever
+//!    visible.
 //!
-//! The returned [`Batch`] borrows the cache, so its slots can be neither evicted nor refilled
-//! while the model multiplies from them.
+//! The payloads handed to the caller borrow the cache for the call, so their slots can be
+//! neither evicted nor refilled while the model multiplies from them.
 
 use super::policy::Policy;
 use super::{ExpertKey, KeyMap};
@@ -254,33 +254,6 @@ pub struct ExpertCache {
     io: Arc<IoThreads>,
 }
 
-/// The payloads of one batch, in request order, pinned while the batch lives.
-#[derive(Debug)]
-pub struct Batch<'c> {
-    arena: &'c [u8],
-    spans: Vec<(usize, usize)>,
-}
-
-impl<'c> Batch<'c> {
-    /// Number of requests (as passed to `fetch_batch`).
-    pub fn len(&self) -> usize {
-        self.spans.len()
-    }
-    /// True for an empty batch.
-    pub fn is_empty(&self) -> bool {
-        self.spans.is_empty()
-    }
-    /// The payload of request `i`: the expert's six tensors in order, exactly its bytes.
-    pub fn payload(&self, i: usize) -> &'c [u8] {
-        let (start, len) = self.spans[i];
-        &self.arena[start..start + len]
-    }
-    /// Every payload in request order.
-    pub fn iter(&self) -> impl Iterator<Item = &'c [u8]> + '_ {
-        (0..self.len()).map(|i| self.payload(i))
-    }
-}
-
 impl ExpertCache {
     /// Slot stride for experts of `slot_bytes` bytes: `window_capacity(slot_bytes)`
     /// (FORMATS.md §6; 17,555,456 for K3). `None` on overflow.
@@ -348,48 +321,14 @@ impl ExpertCache {
 
     /// Serves one MoE layer's requests: `experts` in request order (per position, its top-k in
     /// selection order; repeats allowed), at most `slots()` distinct. Misses are located with
-    /// `locate(expert)`, read in parallel in (file, offset) order, checked with
-    /// `verify(expert, payload)` and only then published. The batch's payloads stay pinned
-    /// until the returned [`Batch`] is dropped.
-    ///
-    /// Errors: as [`ExpertCache::fetch_each`].
-    pub fn fetch_batch<'f, L, V>(
-        &mut self,
-        layer: u32,
-        experts: &[u32],
-        locate: L,
-        verify: V,
-    ) -> Result<Batch<'_>>
-    where
-        L: FnMut(u32) -> Result<ExpertPieces<'f>>,
-        V: FnMut(u32, &[u8]) -> Result<()>,
-    {
-        self.fetch_each(layer, experts, locate, verify, &mut |_, _| Ok(()))?;
-        let spans = experts
-            .iter()
-            .map(|&e| {
-                let s = self
-                    .core
-                    .slot_of(ExpertKey::new(layer, e))
-                    .expect("a fetched expert is published") as usize;
-                let (pad, len) = self.payload[s];
-                (s * self.stride + pad as usize, len as usize)
-            })
-            .collect();
-        Ok(Batch {
-            arena: &self.arena,
-            spans,
-        })
-    }
-
-    /// Serves one MoE layer's requests as [`ExpertCache::fetch_batch`] does, handing the
-    /// batch's distinct experts to `ready(ids, payloads)` as they become available rather than
-    /// all at the end: first those already resident, while the misses are read, then each
-    /// group of misses that landed and passed `verify`, in landing order. Every distinct
-    /// expert is passed exactly once over the calls, its payload exactly its bytes. The new
-    /// slots are published only once every read landed and passed and `ready` returned Ok; a
-    /// failed batch publishes none, although `ready` may have seen some of its experts (the
-    /// caller fails the token).
+    /// `locate(expert)`, read in parallel in (file, offset) order and checked with
+    /// `verify(expert, payload)`. The batch's distinct experts go to `ready(ids, payloads)` as
+    /// they become available: first those already resident, while the misses are read, then
+    /// each group of misses that landed and passed `verify`, in landing order. Every distinct
+    /// expert is passed exactly once over the calls, its payload exactly its bytes, its slot
+    /// neither evicted nor refilled during the call. The new slots are published only once
+    /// every read landed and passed and `ready` returned Ok; a failed batch publishes none,
+    /// although `ready` may have seen some of its experts (the caller fails the token).
     ///
     /// Errors, in this order of precedence: the first failing read in file-offset order (exit
     /// 4, naming file and offset, with the layer and expert appended); an expert larger than a

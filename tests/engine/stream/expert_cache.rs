@@ -72,6 +72,38 @@ fn cache(slots: usize, bytes: usize, policy: &str) -> ExpertCache {
     ExpertCache::new(slots, bytes, new_policy(policy, slots).unwrap(), io()).unwrap()
 }
 
+/// Serves `experts` (requests, repeats allowed) with [`ExpertCache::fetch_each`] and returns
+/// each request's payload, in request order, checking that every distinct expert was handed
+/// over exactly once.
+fn fetch_payloads<'f>(
+    c: &mut ExpertCache,
+    layer: u32,
+    experts: &[u32],
+    locate: impl FnMut(u32) -> k3::Result<ExpertPieces<'f>>,
+    verify: impl FnMut(u32, &[u8]) -> k3::Result<()>,
+) -> k3::Result<Vec<Vec<u8>>> {
+    let mut got: Vec<(u32, Vec<u8>)> = Vec::new();
+    c.fetch_each(layer, experts, locate, verify, &mut |ids, payloads| {
+        for (&e, p) in ids.iter().zip(payloads) {
+            assert!(got.iter().all(|g| g.0 != e), "expert {e} handed over twice");
+            got.push((e, p.to_vec()));
+        }
+        Ok(())
+    })?;
+    let mut distinct: Vec<u32> = experts.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(
+        got.len(),
+        distinct.len(),
+        "every distinct expert handed over"
+    );
+    Ok(experts
+        .iter()
+        .map(|e| got.iter().find(|g| g.0 == *e).unwrap().1.clone())
+        .collect())
+}
+
 /// Fetches and checks every payload byte.
 fn fetch(
     c: &mut ExpertCache,
@@ -81,7 +113,8 @@ fn fetch(
     experts: &[u32],
 ) -> k3::Result<()> {
     let n = s.expert_bytes;
-    let b = c.fetch_batch(
+    let b = fetch_payloads(
+        c,
         layer,
         experts,
         |e| Ok(ExpertPieces::run(f, s.offset(layer, e), n)),
@@ -93,7 +126,7 @@ fn fetch(
     assert_eq!(b.len(), experts.len());
     for (i, &e) in experts.iter().enumerate() {
         assert!(
-            b.payload(i) == expected(layer, e, n).as_slice(),
+            b[i] == expected(layer, e, n),
             "payload of layer {layer} expert {e}"
         );
     }
@@ -243,7 +276,8 @@ fn a_failed_verification_publishes_nothing_and_the_expert_is_checked_again_next_
     let f = IoFile::open(&s.path).unwrap();
     let mut c = cache(4, 4000, "arc");
     let mut calls = 0;
-    let r = c.fetch_batch(
+    let r = fetch_payloads(
+        &mut c,
         1,
         &[2, 3],
         |e| Ok(ExpertPieces::run(&f, s.offset(1, e), 4000)),
@@ -354,14 +388,14 @@ fn an_expert_larger_than_a_slot_is_exit_4() {
     let s = Shard::new("ec-size", 1, 1, 8, 4000);
     let f = IoFile::open(&s.path).unwrap();
     let mut c = cache(4, 3000, "lru");
-    let e = c
-        .fetch_batch(
-            1,
-            &[1],
-            |e| Ok(ExpertPieces::run(&f, s.offset(1, e), 4000)),
-            |_, _| Ok(()),
-        )
-        .unwrap_err();
+    let e = fetch_payloads(
+        &mut c,
+        1,
+        &[1],
+        |e| Ok(ExpertPieces::run(&f, s.offset(1, e), 4000)),
+        |_, _| Ok(()),
+    )
+    .unwrap_err();
     assert_eq!(e.exit_code(), 4);
     assert!(e.message.starts_with(&s.path.display().to_string()), "{e}");
     assert!(
@@ -377,30 +411,30 @@ fn an_expert_in_several_pieces_is_served_concatenated() {
     let f = IoFile::open(&s.path).unwrap();
     let mut c = cache(2, 3000, "lru");
     let o = s.offset(1, 4);
-    let b = c
-        .fetch_batch(
-            1,
-            &[4],
-            |_| {
-                Ok(ExpertPieces {
-                    pieces: vec![
-                        Extent {
-                            file: &f,
-                            offset: o,
-                            len: 1000,
-                        },
-                        Extent {
-                            file: &f,
-                            offset: o + 1000,
-                            len: 2000,
-                        },
-                    ],
-                })
-            },
-            |_, _| Ok(()),
-        )
-        .unwrap();
-    assert_eq!(b.payload(0), expected(1, 4, 3000).as_slice());
+    let b = fetch_payloads(
+        &mut c,
+        1,
+        &[4],
+        |_| {
+            Ok(ExpertPieces {
+                pieces: vec![
+                    Extent {
+                        file: &f,
+                        offset: o,
+                        len: 1000,
+                    },
+                    Extent {
+                        file: &f,
+                        offset: o + 1000,
+                        len: 2000,
+                    },
+                ],
+            })
+        },
+        |_, _| Ok(()),
+    )
+    .unwrap();
+    assert_eq!(b[0], expected(1, 4, 3000));
 }
 
 #[test]
