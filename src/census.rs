@@ -328,9 +328,8 @@ fn layer_ledger(
             run.push((info.shard, info.offset, info.nbytes, name, k));
         }
     }
-    // Unstable with the position as the last key: the stable order, without a stable sort's
-    // code in the binary (so are the other sorts of the engine).
-    run.sort_unstable_by_key(|r| (r.0, r.1, r.4));
+    // The position as the last key: a total order (the engine's one sort, `crate::sort`).
+    crate::sort::sort_by_key(&mut run, |r| (r.0, r.1, r.4));
     let one_shard = run
         .first()
         .map(|f| f.0)

@@ -353,7 +353,7 @@ impl TensorIndex {
     /// Re-reads the headers; a header that changed since indexing is an I/O failure (exit 4).
     pub fn weights_tag(&self, shards: &[usize]) -> Result<u64> {
         let mut ids: Vec<usize> = shards.to_vec();
-        ids.sort_unstable();
+        crate::sort::sort(&mut ids);
         ids.dedup();
         let mut h = Fnv1a64::new();
         for id in ids {

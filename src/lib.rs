@@ -56,6 +56,7 @@ pub mod report;
 pub mod run;
 pub mod safetensors;
 pub mod serve;
+pub mod sort;
 pub mod stream;
 pub mod tokenizer;
 pub mod units;

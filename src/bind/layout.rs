@@ -76,7 +76,7 @@ pub fn layer_layout(r: &Reader<'_>, specs: &[SuffixSpec], l: usize) -> Result<La
         metas.push((name, m));
     }
     let mut sorted: Vec<usize> = (0..metas.len()).collect();
-    sorted.sort_unstable_by_key(|&i| (metas[i].1.shard, metas[i].1.offset, i));
+    crate::sort::sort_by_key(&mut sorted, |&i| (metas[i].1.shard, metas[i].1.offset, i));
     let contiguous = !sorted.is_empty()
         && sorted.windows(2).all(|w| {
             let (a, b) = (&metas[w[0]].1, &metas[w[1]].1);

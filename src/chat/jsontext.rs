@@ -60,7 +60,7 @@ fn write(out: &mut String, v: &Value, sorted: bool) -> Result<(), String> {
         Value::Object(o) => {
             let mut members: Vec<(&str, &Value)> = o.iter().collect();
             if sorted {
-                members.sort_by(|a, b| a.0.cmp(b.0));
+                crate::sort::sort_by(&mut members, |a, b| a.0.cmp(b.0));
             }
             out.push('{');
             for (i, (k, item)) in members.into_iter().enumerate() {

@@ -339,7 +339,7 @@ fn ordered(messages: &[Message]) -> Vec<(usize, &Message, Option<&ToolCall>)> {
         match run {
             Some(mut run) => {
                 // Distinct pairs: unstable is the same order.
-                run.sort_unstable();
+                crate::sort::sort(&mut run);
                 out.extend(
                     run.into_iter()
                         .map(|(p, k)| (k, &messages[k], Some(&calls[p]))),

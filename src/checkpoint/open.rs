@@ -38,7 +38,7 @@ pub(super) fn open_without_index_file(dir: &Path) -> Result<TensorIndex> {
         )));
     }
     // Directory entries: the names are distinct.
-    files.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    crate::sort::sort_by(&mut files, |a, b| a.0.cmp(&b.0));
     let mut b = IndexBuilder::new(dir);
     for (_, name, path) in files {
         load_shard(&mut b, &name, path)?;
@@ -218,7 +218,7 @@ pub(super) fn open_with_index_file(dir: &Path, index_path: &Path) -> Result<Tens
     // Shards in byte-wise file-name order.
     let mut order: Vec<u32> = (0..shard_names.len() as u32).collect();
     // Interned: the names are distinct.
-    order.sort_unstable_by(|&a, &b| {
+    crate::sort::sort_by(&mut order, |&a, &b| {
         shard_names[a as usize]
             .as_bytes()
             .cmp(shard_names[b as usize].as_bytes())

@@ -326,7 +326,7 @@ fn data_files(dir: &Path) -> Vec<PathBuf> {
                 })
         })
         .collect();
-    v.sort();
+    crate::sort::sort(&mut v);
     v
 }
 

@@ -197,7 +197,7 @@ fn variants(trace_path: &Path, records: Vec<ExpertKey>, out: &mut String) -> Vec
     let mut variants = Vec::new();
     let layers = {
         let mut l: Vec<u32> = records.iter().map(|k| k.layer).collect();
-        l.sort_unstable();
+        crate::sort::sort(&mut l);
         l.dedup();
         l
     };

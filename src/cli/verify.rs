@@ -438,7 +438,7 @@ fn dir_files(dir: &Path, skip: &Path) -> Result<Vec<String>> {
         }
         names.push(name);
     }
-    names.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    crate::sort::sort_by(&mut names, |a, b| a.as_bytes().cmp(b.as_bytes()));
     Ok(names)
 }
 

@@ -381,7 +381,7 @@ pub fn layer_piece_bytes(cfg: &crate::config::Config, l: usize) -> Vec<u64> {
             }
         }
     }
-    parts.sort_by_key(|x| x.0);
+    crate::sort::sort_by_key(&mut parts, |x| x.0);
     parts.into_iter().map(|x| x.1).collect()
 }
 

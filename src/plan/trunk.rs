@@ -106,7 +106,9 @@ pub fn choose_trunk_pieces(
             None => classes.push((cost[l], read_of[l], vec![l], slot_of[l])),
         }
     }
-    classes.sort_by_key(|k| (std::cmp::Reverse(k.0), std::cmp::Reverse(k.3)));
+    crate::sort::sort_by_key(&mut classes, |k| {
+        (std::cmp::Reverse(k.0), std::cmp::Reverse(k.3))
+    });
     let rings: Vec<usize> = match ring {
         Some(n) => vec![n.max(1)],
         // Two slots of pieces that fit where one whole-layer slot did: never one (the floor

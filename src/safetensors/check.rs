@@ -86,7 +86,7 @@ pub(super) fn tiling(
         }
     }
     // key_offset (parse order) last: the stable order.
-    tensors.sort_unstable_by_key(|t| (t.begin, t.end, t.key_offset));
+    crate::sort::sort_by_key(tensors, |t| (t.begin, t.end, t.key_offset));
     let mut cursor: u64 = 0;
     let mut prev: Option<&RawTensor<'_>> = None;
     for t in tensors.iter() {

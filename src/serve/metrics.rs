@@ -40,7 +40,7 @@ impl Metrics {
             Some((_, n)) => *n += 1,
             None => {
                 r.push((status, 1));
-                r.sort_unstable();
+                crate::sort::sort(&mut r);
             }
         }
     }

@@ -146,7 +146,7 @@ impl PackedTrunk {
                 ));
             }
             // The catalogue position last: the stable order.
-            ts.sort_unstable_by_key(|t| (t.0, t.1, t.6));
+            crate::sort::sort_by_key(&mut ts, |t| (t.0, t.1, t.6));
             let shard = ts.first().map(|t| t.0).ok_or_else(|| {
                 Error::internal(format!("layer {l} has no trunk tensors in the catalogue"))
             })?;
@@ -374,7 +374,7 @@ impl PackedTrunk {
                     shape,
                 });
             }
-            tensors.sort_by_key(|t| t.off);
+            crate::sort::sort_by_key(&mut tensors, |t| t.off);
             let blocks = match (&codec, lo.get("blocks")) {
                 (None, _) => Vec::new(),
                 (Some(_), b) => parse_blocks(b, &format!("{p}: {at}`blocks`"))?,

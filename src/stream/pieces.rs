@@ -70,7 +70,7 @@ pub fn cut_layer(
             None => spans.push((p, off, off + len)),
         }
     }
-    spans.sort_by_key(|s| s.0);
+    crate::sort::sort_by_key(&mut spans, |s| s.0);
     let disjoint = spans
         .iter()
         .enumerate()

@@ -56,7 +56,7 @@ impl SpecialTokens {
             .map(|(i, n)| n.unwrap_or_else(|| format!("<|reserved_token_{}|>", base + i as u32)))
             .collect();
         let mut sorted: Vec<u8> = (0..=255u8).collect();
-        sorted.sort_unstable_by(|&a, &b| {
+        crate::sort::sort_by(&mut sorted, |&a, &b| {
             names[a as usize]
                 .as_bytes()
                 .cmp(names[b as usize].as_bytes())

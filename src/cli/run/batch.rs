@@ -218,7 +218,7 @@ pub(super) fn run(
         },
     });
     if !refused.is_empty() {
-        refused.sort_unstable();
+        crate::sort::sort(&mut refused);
         return Err(Error::invalid(format!(
             "--batch: {} of {n} inputs could not run (index {}); the others ran",
             refused.len(),

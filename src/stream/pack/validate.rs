@@ -60,7 +60,7 @@ impl PackedTrunk {
         }
         check_layer_set(&self.layers, nl, &p)?;
         // Distinct (checked above).
-        self.layers.sort_unstable_by_key(|l| l.layer);
+        crate::sort::sort_by_key(&mut self.layers, |l| l.layer);
         self.check_runs(bin, &p)?;
         // Tensors against the catalogue and the shard headers.
         for l in &self.layers {
@@ -79,7 +79,7 @@ impl PackedTrunk {
         let bpath = bin.path().display().to_string();
         // Runs: aligned, inside trunk.bin, not overlapping (in file order).
         let mut by_off: Vec<&PackedLayer> = self.layers.iter().collect();
-        by_off.sort_unstable_by_key(|l| (l.file_off, l.layer));
+        crate::sort::sort_by_key(&mut by_off, |l| (l.file_off, l.layer));
         let mut prev_end = 0u64;
         let mut prev_layer = None;
         for l in &by_off {
