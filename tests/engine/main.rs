@@ -23,5 +23,6 @@ mod plan;
 mod safetensors;
 mod serve;
 mod stream;
+mod structure;
 mod support;
 mod tokenizer;
