@@ -14,6 +14,7 @@ mod checkpoint;
 mod cli;
 mod config;
 mod docs;
+mod docs_commands;
 mod generate;
 mod http;
 mod io;
