@@ -38,7 +38,10 @@ fn main() {
         let p = match plan_run(&s, &b, Some(ram * 1_000_000_000)) {
             Ok(p) => p,
             Err(e) => {
-                println!("| {ram} GB | {flag} | refused: {} | | | | | | |", e.message);
+                println!(
+                    "| {ram} GB | {flag} | refused: {} | | | | | | |",
+                    k3::Error::from(e).message
+                );
                 continue;
             }
         };

@@ -44,7 +44,7 @@ pub fn bind_layer(
 ) -> Result<(LayerWeights, Vec<u16>)> {
     let layout = layer_layout(r, specs, l)?;
     let w = bind_layer_weights(r, d, specs, &layout)?;
-    let buf = r.read_layer_u16(&layout)?;
+    let buf = r.read_pieces_u16(&format!("layer {} trunk", layout.layer), &layout.pieces)?;
     Ok((w, buf))
 }
 

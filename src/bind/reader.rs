@@ -2,7 +2,6 @@
 //! ([`TensorLookup`], [`TensorMeta`]) and [`Reader`], which checks each tensor's shape and dtype
 //! and reads it with positioned reads through the I/O layer (FORMATS.md §2.5, ENGINE.md §4).
 
-use super::layout::LayerLayout;
 use crate::error::{Error, Result};
 use crate::io::{window_capacity, AlignedBuf, Extent, IoFile};
 use std::path::{Path, PathBuf};
@@ -141,14 +140,15 @@ impl<'a> Reader<'a> {
         res
     }
 
-    /// The whole layer buffer of `layout` as `u16` values (resident trunk of
-    /// [`super::resident::ResidentTrunk`]). A read failure is exit 2 (found while binding).
-    pub fn read_layer_u16(&mut self, layout: &LayerLayout) -> Result<Vec<u16>> {
-        let mut out = vec![0u16; (layout.bytes / 2) as usize];
-        let what = format!("layer {} trunk", layout.layer);
-        // the pieces lie back to back in the buffer
+    /// BF16 `pieces` (extents in the shards, file = shard index) read back to back as one
+    /// `u16` buffer: a layer's whole trunk for [`super::resident::ResidentTrunk`] (the
+    /// pieces of its `LayerLayout`). `what` names it in errors ("layer 3 trunk"). A read
+    /// failure is exit 2 (found while binding).
+    pub fn read_pieces_u16(&mut self, what: &str, pieces: &[Extent<usize>]) -> Result<Vec<u16>> {
+        let bytes: u64 = pieces.iter().map(|p| p.len as u64).sum();
+        let mut out = vec![0u16; (bytes / 2) as usize];
         let mut at = 0usize;
-        for p in &layout.pieces {
+        for p in pieces {
             let m = TensorMeta {
                 shard: p.file,
                 offset: p.offset,
@@ -156,7 +156,7 @@ impl<'a> Reader<'a> {
                 dtype: Dtype::BF16,
                 shape: Vec::new(),
             };
-            self.each_piece(&what, &m, |b| {
+            self.each_piece(what, &m, |b| {
                 for c in b.chunks_exact(2) {
                     out[at] = u16::from_le_bytes([c[0], c[1]]);
                     at += 1;

@@ -2,7 +2,7 @@
 //! the reference fixes": roles, content and parts, reasoning, tool calls and their
 //! arguments, `partial`). Errors name the field as `messages[i].…` (exit 2).
 
-use super::messages::{bad, check_tool_name, present};
+use super::field::{bad, check_tool_name, present};
 use crate::error::Result;
 use crate::json::{Object, Value};
 

@@ -3,12 +3,12 @@
 //! path into the request (`messages[3].tool_calls[0].function.name: …`); callers prefix
 //! the file.
 
+use super::field::{bad, check_tool_name, present};
 use super::message::{message, Message};
+
+pub use super::field::MAX_TOOL_NAME_LEN;
 use crate::error::{Error, Result};
 use crate::json::{Kind, Object, Scanner, Value};
-
-/// Longest tool name the reference accepts (TOKENIZER.md §10).
-pub const MAX_TOOL_NAME_LEN: usize = 256;
 
 /// Thinking effort (TOKENIZER.md §10 step 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,14 +89,6 @@ pub struct Request {
     pub response_format: Option<ResponseFormat>,
     /// The thinking switch and effort.
     pub thinking: Thinking,
-}
-
-pub(super) fn bad(field: &str, what: impl std::fmt::Display) -> Error {
-    Error::invalid(format!("{field}: {what}"))
-}
-
-pub(super) fn present<'a>(o: Option<&'a Object>, key: &str) -> Option<&'a Value> {
-    o.and_then(|o| o.get(key)).filter(|v| !v.is_null())
 }
 
 impl Request {
@@ -303,33 +295,6 @@ fn check_declaration_types(decl: &Object, field: &str) -> Result<()> {
             format!(
                 "expected an object (a JSON Schema), found {}",
                 v.type_name()
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// The tool-name rule of TOKENIZER.md §10: `[A-Za-z_][A-Za-z0-9_-]*`, at most
-/// [`MAX_TOOL_NAME_LEN`] characters (declared tools and call names alike).
-///
-/// Errors: naming `field`.
-pub(super) fn check_tool_name(name: &str, field: &str) -> Result<()> {
-    let mut chars = name.chars();
-    let start = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
-    if !start || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
-        return Err(bad(
-            field,
-            format!("tool name {name:?} must match [A-Za-z_][A-Za-z0-9_-]*"),
-        ));
-    }
-    if name.len() > MAX_TOOL_NAME_LEN {
-        return Err(bad(
-            field,
-            format!(
-                "tool name is {} characters; at most {MAX_TOOL_NAME_LEN}",
-                name.len()
             ),
         ));
     }

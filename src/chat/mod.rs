@@ -7,6 +7,7 @@
 //! its ids and says where k3 is stricter.
 
 pub mod conversation;
+mod field;
 pub mod jsontext;
 pub mod message;
 pub mod messages;

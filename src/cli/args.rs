@@ -63,6 +63,17 @@ fn short_flag_inline(text: &str, specs: &[Spec]) -> Option<String> {
     short_flag(flag, specs).map(|long| format!("{long}={value}"))
 }
 
+/// The help command of a subcommand, from its usage's first line (`usage: k3 chat …` →
+/// `k3 help chat`; the run's `usage: k3 <model_dir> …` → `k3 help run`).
+fn help_command(usage: &str) -> String {
+    let cmd = usage
+        .trim_start()
+        .strip_prefix("usage: k3 ")
+        .and_then(|r| r.split_whitespace().next())
+        .filter(|w| w.chars().all(|c| c.is_ascii_lowercase() || c == '-'));
+    format!("k3 help {}", cmd.unwrap_or("run"))
+}
+
 /// Parsed arguments of one subcommand.
 #[derive(Debug, Default)]
 pub struct Args {
@@ -77,6 +88,12 @@ impl Args {
     ///
     /// Errors (exit 2): an unknown flag, a value flag without a value, a switch given `=value`.
     pub fn parse(argv: &[OsString], specs: &[Spec]) -> Result<Args> {
+        Args::parse_for(argv, specs, "k3 --help")
+    }
+
+    /// [`parse`](Args::parse), an unknown flag pointing to `help` (the command's own usage:
+    /// `k3 help chat`).
+    fn parse_for(argv: &[OsString], specs: &[Spec], help: &str) -> Result<Args> {
         let mut out = Args::default();
         let mut i = 0;
         let mut only_positional = false;
@@ -105,9 +122,10 @@ impl Args {
                 Some(eq) => (&body[..eq], Some(OsString::from(&body[eq + 1..]))),
                 None => (body, None),
             };
-            let spec = specs.iter().find(|s| s.name() == name).ok_or_else(|| {
-                Error::invalid(format!("unknown flag `--{name}` (see k3 --help)"))
-            })?;
+            let spec = specs
+                .iter()
+                .find(|s| s.name() == name)
+                .ok_or_else(|| Error::invalid(format!("unknown flag `--{name}` (see {help})")))?;
             match spec {
                 Spec::Switch(n) => {
                     if inline.is_some() {
@@ -143,7 +161,7 @@ impl Args {
         if !specs.iter().any(|s| s.name() == "help") {
             with_help.push(Spec::Switch("help"));
         }
-        match Args::parse(argv, &with_help) {
+        match Args::parse_for(argv, &with_help, &help_command(usage)) {
             Ok(a) if a.switch("help") => {
                 crate::cli::write_stdout(usage.as_bytes())?;
                 Ok(None)

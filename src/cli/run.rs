@@ -177,6 +177,8 @@ struct Request {
     snapshots: Option<usize>,
     /// `k3 serve`: `--parallel` plans its request slots.
     serve: bool,
+    /// `k3 chat`: its positions are `--ctx` (no `--gen` or prompt flags).
+    chat: bool,
 }
 
 fn parse_request(argv: &[OsString]) -> Result<Option<Request>> {
@@ -275,6 +277,7 @@ fn request_from_args(a: Args, cmd: &str) -> Result<Request> {
         trunk_codec,
         snapshots: Some(0),
         serve,
+        chat: cmd == "chat",
         args: a,
     })
 }

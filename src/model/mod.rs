@@ -503,9 +503,6 @@ fn attention(
     Ok(())
 }
 
-// The resident binding moved to `crate::bind`; kept at its old path for tests and bench.
-pub use crate::bind::resident::{bind_resident, Bound};
-
 /// Bytes of one routed expert (six tensors, FORMATS.md §5).
 pub fn expert_bytes(d: &Dims) -> u64 {
     let m = (d.i * d.l) as u64;

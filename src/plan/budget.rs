@@ -1,9 +1,9 @@
 //! Budgets (ENGINE.md §3-§4): decimal GB, the published presets, the `auto` margin, and
 //! what the run was asked for, resolved into the parts of the plan.
 
-use super::{ModelSizes, TablesPlan, POSITIONS_HINT};
-use crate::error::{Error, Result};
-use crate::units::{gb, gb_pair};
+use super::{Limit, ModelSizes, Refusal, Shortfall, TablesPlan};
+use crate::error::Error;
+use crate::units::gb;
 
 /// One decimal gigabyte (ENGINE.md §3: sizes in GB are 10^9 bytes).
 pub const GB: f64 = 1e9;
@@ -132,20 +132,21 @@ pub(super) type Resolved = (String, Option<u64>, u64, Option<TablesPlan>, u64);
 
 /// Resolves `b` (already clamped to what the model can use) into a [`Resolved`] budget,
 /// adding the why to `notes`. Errors: `--mem-gb` with a fixed preset (exit 2), a budget below
-/// the minimum of this plan (exit 3).
+/// the minimum of this plan (exit 3, [`Refusal::Short`]).
 pub(super) fn resolve(
     s: &ModelSizes,
     b: &Budget,
     available: Option<u64>,
     notes: &mut Vec<String>,
-) -> Result<Resolved> {
+) -> std::result::Result<Resolved, Refusal> {
     let r = match b.preset {
         Some(p) => {
             if b.mem.is_some() {
                 return Err(Error::invalid(format!(
                     "flags `--preset {}` and `--mem-gb`: a fixed preset sets its own budgets; give one of them (or `--preset auto --mem-gb X`)",
                     p.name
-                )));
+                ))
+                .into());
             }
             let t = b.trunk.unwrap_or(gb_to_bytes(p.trunk_gb));
             let asked = b.cache.unwrap_or(gb_to_bytes(p.cache_gb));
@@ -219,19 +220,21 @@ pub(super) fn resolve(
                 .saturating_add(s.tables_streamed())
                 .saturating_add(b.cache.unwrap_or(s.cache_min()));
             if m < min_total {
-                let (have, need) = gb_pair(m, min_total);
-                return Err(Error::resources(format!(
-                    "memory plan does not fit: the budget {} ({name}) is below the minimum {} this plan needs (fixed items {} incl. KDA state {} and MLA cache {}; trunk {}; streamed model tables {}; expert cache {}), short by {}; give a larger --mem-gb, {POSITIONS_HINT}, or free memory",
-                    have,
-                    need,
-                    gb(fixed),
-                    gb(s.kda_state),
-                    gb(s.mla_cache),
-                    gb(b.trunk.unwrap_or(s.trunk_min())),
-                    gb(s.tables_streamed()),
-                    gb(b.cache.unwrap_or(s.cache_min())),
-                    gb(min_total - m)
-                )));
+                let trunk = b.trunk.unwrap_or(s.trunk_min());
+                let sequences = s.kda_state.saturating_add(s.mla_cache);
+                return Err(Refusal::Short(Shortfall {
+                    needed: min_total,
+                    available: m,
+                    limit: Limit::Budget(name),
+                    parts: vec![
+                        ("trunk", trunk),
+                        ("streamed model tables", s.tables_streamed()),
+                        ("expert cache", b.cache.unwrap_or(s.cache_min())),
+                    ],
+                    kda_state: s.kda_state,
+                    mla_cache: s.mla_cache,
+                    rest: vec![("other fixed items", fixed.saturating_sub(sequences))],
+                }));
             }
             let w = m - fixed;
             let cache_floor = b.cache.unwrap_or(s.cache_min());

@@ -15,6 +15,7 @@
 
 mod budget;
 pub mod released;
+mod shortfall;
 mod sizes;
 mod tables;
 mod trunk;
@@ -24,6 +25,7 @@ pub use budget::{
     gb_to_bytes, preset, presets_text, Budget, Preset, AUTO_MARGIN_MIN, AUTO_MARGIN_SHARE, GB,
     PRESETS,
 };
+pub use shortfall::{Limit, Refusal, Shortfall};
 pub use sizes::{
     buffer_bytes, kernel_scratch_bytes, layer_piece_bytes, layer_run_bytes, layer_trunk_bytes,
     layer_vector_bytes, scratch_bytes, ModelSizes, RunShape, HEAD_CHUNK_BYTES, HEAD_CHUNK_SLOTS,
@@ -31,13 +33,9 @@ pub use sizes::{
 };
 pub use tables::TablesPlan;
 
-/// The positions part of a plan refusal's advice, in a run's terms (`--gen` and the prompt
-/// make a run's positions); a command whose positions come from elsewhere (`k3 serve`:
-/// `--ctx` and `--parallel`) replaces it.
-pub const POSITIONS_HINT: &str = "fewer positions (--gen, a shorter prompt)";
 pub use trunk::{choose_trunk, choose_trunk_pieces, min_ring_bytes, TrunkChoice};
 
-use crate::error::{Error, Result};
+use crate::error::Error;
 use crate::model::state::DecodeState;
 use crate::model::Dims;
 use tables::{cache_slots, split_rest};
@@ -146,27 +144,26 @@ impl MemoryPlan {
         p
     }
 
-    /// Refuses the plan (exit 3) when it needs more than `available`, naming every large item
-    /// and the shortfall. An unknown figure is accepted (the plan is printed either way).
-    pub fn check(&self) -> Result<()> {
-        if let Some(avail) = self.available {
-            if self.total > avail {
-                let (need, have) = gb_pair(self.total, avail);
-                return Err(Error::resources(format!(
-                    "memory plan does not fit: needs {} (trunk {}, model tables {}, experts {}, KDA state {}, MLA cache {}, scratch {}) but {} is available, short by {}; use {POSITIONS_HINT} or --layers, or free memory",
-                    need,
-                    gb(self.trunk_resident),
-                    gb(self.model_tables),
-                    gb(self.expert_cache),
-                    gb(self.kda_state),
-                    gb(self.mla_cache),
-                    gb(self.scratch),
-                    have,
-                    gb(self.total - avail)
-                )));
-            }
+    /// Refuses the plan (exit 3) when it needs more than `available`: the [`Shortfall`]
+    /// names every large item (the command words the advice). An unknown figure is accepted
+    /// (the plan is printed either way).
+    pub fn check(&self) -> std::result::Result<(), Shortfall> {
+        match self.available {
+            Some(avail) if self.total > avail => Err(Shortfall {
+                needed: self.total,
+                available: avail,
+                limit: Limit::Available,
+                parts: vec![
+                    ("trunk", self.trunk_resident),
+                    ("model tables", self.model_tables),
+                    ("experts", self.expert_cache),
+                ],
+                kda_state: self.kda_state,
+                mla_cache: self.mla_cache,
+                rest: vec![("scratch", self.scratch)],
+            }),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     /// What the model-tables item holds: `lm_head rows resident R/V, embedding streamed`.
@@ -241,10 +238,14 @@ pub struct RunPlan {
 ///   rows resident (a prefix, possibly all V), then the expert cache up to every expert, then
 ///   the embedding table. `--trunk-gb`/`--cache-gb` fix their parts.
 ///
-/// Errors (exit 3, before anything is allocated): a budget below its minimum (naming the
-/// minimum and the shortfall), a `--cache-gb` below top-k slots, a plan larger than the budget
+/// Errors (exit 3, before anything is allocated): a budget below its minimum
+/// ([`Refusal::Short`]: the minimum, the budget and the parts; the command words the advice), a `--cache-gb` below top-k slots, a plan larger than the budget
 /// or than what is available. Exit 2: `--mem-gb` with a fixed preset.
-pub fn plan_run(s: &ModelSizes, b: &Budget, available: Option<u64>) -> Result<RunPlan> {
+pub fn plan_run(
+    s: &ModelSizes,
+    b: &Budget,
+    available: Option<u64>,
+) -> std::result::Result<RunPlan, Refusal> {
     let mut notes = Vec::new();
     if let Some(c) = b.cache {
         if c < s.cache_min() {
@@ -256,11 +257,12 @@ pub fn plan_run(s: &ModelSizes, b: &Budget, available: Option<u64>) -> Result<Ru
                 s.expert_stride,
                 need,
                 gb(s.cache_min() - c)
-            )));
+            ))
+            .into());
         }
     }
     if let Some(0) = b.ring {
-        return Err(Error::invalid("flag `--trunk-ring`: must be at least 1"));
+        return Err(Error::invalid("flag `--trunk-ring`: must be at least 1").into());
     }
     // A trunk or cache budget above what the model can use means "all of it": plan that much,
     // not a budget the machine cannot give (which would be refused as if the model needed it).
@@ -296,7 +298,7 @@ pub fn plan_run(s: &ModelSizes, b: &Budget, available: Option<u64>) -> Result<Ru
             split_rest(s, rest, cache_floor, b.cache.is_some())
         }
         (None, Some(t)) => (t, cache_bytes),
-        (None, None) => return Err(Error::internal("a plan without a budget or a preset")),
+        (None, None) => return Err(Error::internal("a plan without a budget or a preset").into()),
     };
     if tables.head_resident_rows < s.vocab && budget.is_some() {
         notes.push(format!(
@@ -323,7 +325,8 @@ pub fn plan_run(s: &ModelSizes, b: &Budget, available: Option<u64>) -> Result<Ru
                 need,
                 have,
                 gb(p.total - m)
-            )));
+            ))
+            .into());
         }
     }
     Ok(RunPlan {

@@ -3,8 +3,8 @@
 //! decode bodies ([`api`]), submit jobs to the scheduler's bounded queue ([`sched`]) and turn
 //! its events into responses ([`run`], [`reply`], [`encode`]); the scheduler thread owns the
 //! session, steps every active sequence in one forward and keeps the snapshot pool
-//! ([`pool`]); [`metrics`] counts for `/metrics`; [`handler`] routes, checks the API key and
-//! logs one line per request.
+//! ([`pool`]); [`metrics`] counts for `/metrics`; [`server`] holds what the handlers share;
+//! [`handler`] routes, checks the API key and logs one line per request.
 //!
 //! [`Session`]: crate::generate::session::Session
 
@@ -16,3 +16,4 @@ pub mod pool;
 pub mod reply;
 pub mod run;
 pub mod sched;
+pub mod server;

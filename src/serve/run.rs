@@ -6,9 +6,9 @@
 
 use super::api::{self, ApiError, GenParams};
 use super::encode::{self, Head, TextOffset, Usage};
-use super::handler::{unix_now, Server};
 use super::reply::{Piece, ReplyBuilder, TokenLogprob};
 use super::sched::{Event, Job};
+use super::server::{unix_now, Server};
 use crate::generate::sample::os_seed;
 use crate::generate::stop::StopReason;
 use crate::http::{Request, Responder, Response, Stream};

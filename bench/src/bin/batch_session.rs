@@ -11,13 +11,14 @@
 //! Not yet: the streamed budgets (about 7.4 GB, each B's smallest) and the device-figure
 //! comparison of the issue; results are printed, not written to bench/results/.
 
+use k3::bind::bind_resident;
 use k3::checkpoint::TensorIndex;
 use k3::config::Config;
 use k3::generate::sample::SamplerSettings;
 use k3::generate::session::{Sequence, SequenceOptions, Session};
 use k3::generate::stop::StopRules;
 use k3::model::experts::ExpertSource;
-use k3::model::{bind_resident, Dims, Exec};
+use k3::model::{Dims, Exec};
 use k3_kernels::{Isa, Kernels};
 use std::path::PathBuf;
 

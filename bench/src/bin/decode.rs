@@ -211,7 +211,7 @@ fn run(o: &Opts) -> k3::Result<()> {
     let ex = Exec::new(Kernels::new(isa, o.threads).map_err(|e| k3::Error::invalid(e.message))?);
     let t_load = Instant::now();
     let index = TensorIndex::open(&o.dir)?;
-    let bound = model::bind_resident(&index, &cfg, layers, d.kt)?;
+    let bound = k3::bind::bind_resident(&index, &cfg, layers, d.kt)?;
     let (m, trunk, mut pread) = (bound.model, bound.trunk, bound.experts);
     let experts = ResidentExperts::load(&mut pread, &d, layers)?;
     drop(pread);

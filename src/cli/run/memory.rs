@@ -9,7 +9,9 @@ use crate::cli::args::Args;
 use crate::cli::tokenize::tokenizer_dir;
 use crate::error::{Error, Result};
 use crate::model::Exec;
-use crate::plan::{gb, layer_list, plan_run, ModelSizes, RunPlan, RunShape, POSITIONS_HINT};
+use crate::plan::{
+    gb, layer_list, plan_run, Limit, ModelSizes, Refusal, RunPlan, RunShape, Shortfall,
+};
 use crate::report::RunReport;
 use crate::stream::pieces::pieces_text;
 use std::path::{Path, PathBuf};
@@ -69,9 +71,11 @@ pub(super) fn plan_memory(c: &PlanInputs<'_>, rep: &mut RunReport) -> Result<Run
         Err(e) => {
             // The report still carries the figures: the smallest plan of this model.
             rep.plan = Some(crate::plan::minimum_plan(&sizes, available));
-            return Err(for_serve(
+            return Err(parallel_shortfall(
+                &sizes_for,
                 req,
-                parallel_shortfall(&sizes_for, req, available, e),
+                available,
+                e.into_error(|s| advice(req, s)),
             ));
         }
     };
@@ -88,7 +92,8 @@ pub(super) fn plan_memory(c: &PlanInputs<'_>, rep: &mut RunReport) -> Result<Run
     rep.plan = Some(plan.clone());
     rep.budget_name = rp.budget_name.clone();
     rep.budget = rp.budget;
-    plan.check().map_err(|e| for_serve(req, e))?;
+    plan.check()
+        .map_err(|s| Refusal::Short(s).into_error(|s| advice(req, s)))?;
     Ok(rp)
 }
 
@@ -112,7 +117,9 @@ pub(super) fn largest_ctx(c: &PlanInputs<'_>, sequences: usize) -> Result<usize>
     let plan = |n: usize| plan_run(&model_sizes(c, sequences, n), &c.req.budget, available);
     match largest_fitting(most, &|n| plan(n).is_ok()) {
         Some(n) => Ok(n),
-        None => plan(1).map(|_| 1),
+        None => plan(1)
+            .map(|_| 1)
+            .map_err(|e| e.into_error(|s| advice(c.req, s))),
     }
 }
 
@@ -212,16 +219,24 @@ fn parallel_shortfall(
     ))
 }
 
-/// Serve's positions are `--ctx` per sequence times `--parallel` sequences (it has no `--gen`
-/// or prompt): a plan refusal's advice says so. Other commands' errors are left as they are.
-fn for_serve(req: &Request, mut e: Error) -> Error {
-    if req.serve {
-        e.message = e.message.replace(
-            POSITIONS_HINT,
-            "fewer positions (a smaller --ctx or --parallel)",
-        );
+/// The advice of a memory refusal in the command's own flags: what the user can change to
+/// need less (ENGINE.md §4). A run's positions are its prompt and `--gen` (and a batch's
+/// lines run `--parallel` at a time); chat's are `--ctx`; serve's are `--ctx` per sequence
+/// times `--parallel` sequences.
+fn advice(req: &Request, s: &Shortfall) -> String {
+    let positions = if req.serve {
+        "fewer positions (a smaller --ctx or --parallel)"
+    } else if req.chat {
+        "fewer positions (a smaller --ctx)"
+    } else if req.batch.is_some() {
+        "fewer positions (--gen, shorter prompts, a smaller --parallel)"
+    } else {
+        "fewer positions (--gen, a shorter prompt)"
+    };
+    match s.limit {
+        Limit::Budget(_) => format!("give a larger --mem-gb, {positions}, or free memory"),
+        Limit::Available => format!("use {positions} or --layers, or free memory"),
     }
-    e
 }
 
 /// Bytes the tokenizer tables take in memory (estimate: twice the rank file).

@@ -3,12 +3,13 @@
 //! joining and leaving at any step; snapshot + restore continues bit for bit.
 
 use crate::support::fixture;
+use k3::bind::bind_resident;
 use k3::bind::experts::PreadExperts;
 use k3::bind::resident::ResidentTrunk;
 use k3::generate::sample::SamplerSettings;
 use k3::generate::session::{Sequence, SequenceOptions, Session, StepEvent};
 use k3::generate::stop::{StopReason, StopRules};
-use k3::model::{bind_resident, Dims, Exec, LogitRows, Segment};
+use k3::model::{Dims, Exec, LogitRows, Segment};
 
 type Tiny = Session<'static, ResidentTrunk, PreadExperts>;
 

@@ -61,7 +61,7 @@ fn plan_adds_up_and_refuses_with_exit_3() {
         p.trunk_resident
     );
     p.available = Some(16_000_000_000);
-    let e = p.check().unwrap_err();
+    let e = k3::Error::from(p.check().unwrap_err());
     assert_eq!(e.exit_code(), 3);
     assert!(e.message.contains("short by"));
     p.available = Some(p.total);

@@ -136,6 +136,7 @@ fn below_the_minimum_is_refused_with_exit_3_and_the_shortfall() {
         },
         None,
     )
+    .map_err(k3::Error::from)
     .unwrap_err();
     assert_eq!(e.exit_code(), 3, "{e}");
     assert!(
@@ -152,6 +153,7 @@ fn below_the_minimum_is_refused_with_exit_3_and_the_shortfall() {
         },
         None,
     )
+    .map_err(k3::Error::from)
     .unwrap_err();
     assert_eq!(e.exit_code(), 3, "{e}");
     assert!(e.message.contains("trunk budget"), "{e}");
@@ -165,12 +167,13 @@ fn below_the_minimum_is_refused_with_exit_3_and_the_shortfall() {
         },
         None,
     )
+    .map_err(k3::Error::from)
     .unwrap_err();
     assert_eq!(e.exit_code(), 3, "{e}");
     assert!(e.message.contains("top-k = 16"), "{e}");
     // a plan larger than what is available
     let p = plan_run(&s, &preset_budget("desktop"), Some(10_000_000_000)).unwrap();
-    let e = p.memory.check().unwrap_err();
+    let e = k3::Error::from(p.memory.check().unwrap_err());
     assert_eq!(e.exit_code(), 3);
     assert!(e.message.contains("short by"), "{e}");
     // a fixed preset and --mem-gb together are a usage error
@@ -183,6 +186,7 @@ fn below_the_minimum_is_refused_with_exit_3_and_the_shortfall() {
         },
         None,
     )
+    .map_err(k3::Error::from)
     .unwrap_err();
     assert_eq!(e.exit_code(), 2);
 }

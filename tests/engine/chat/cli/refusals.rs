@@ -308,3 +308,29 @@ fn outputs_never_replace_the_chat_inputs() {
     }
     assert!(snapshot(&m) == before, "a model file changed");
 }
+
+/// A memory refusal of `k3 chat` advised the run's `--gen, a shorter prompt`, flags chat does
+/// not have (the plan named them and only serve rewrote them): chat's advice names `--ctx`.
+#[test]
+fn a_memory_refusal_speaks_of_chat_flags() {
+    let c = chat("mem-refusal", &["--mem-gb", "0.001"], "hi\n", None);
+    let e = c.stderr();
+    assert_eq!(c.code(), 3, "{e}");
+    assert!(e.contains("memory plan does not fit"), "{e}");
+    assert!(
+        e.contains("(a smaller --ctx)") && !e.contains("--gen") && !e.contains("--parallel"),
+        "{e}"
+    );
+    let c = chat(
+        "mem-refusal-ctx",
+        &["--mem-gb", "0.001", "--ctx", "64"],
+        "hi\n",
+        None,
+    );
+    let e = c.stderr();
+    assert_eq!(c.code(), 3, "{e}");
+    assert!(
+        e.contains("(a smaller --ctx)") && !e.contains("--gen"),
+        "{e}"
+    );
+}

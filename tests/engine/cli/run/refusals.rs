@@ -246,6 +246,7 @@ fn bad_flags_are_refused_not_ignored() {
 /// never yields logits computed without the expert.
 #[test]
 fn expert_read_failure_fails_the_forward_with_exit_4() {
+    use k3::bind::bind_resident;
     use k3::model::*;
     let dir = copy_fixture("tiny-k3", "shrink");
     let cfg = k3::config::Config::from_file(&dir.join("config.json")).unwrap();

@@ -1,0 +1,84 @@
+//! The state every request handler shares ([`Server`]) and the responses built from it (JSON
+//! with the CORS headers, errors in the OpenAI shape). Below both `handler` (routing) and
+//! `run` (one request end to end), so neither needs the other's file for it.
+
+use super::api::{self, ApiError};
+use super::metrics::Metrics;
+use super::sched::Queue;
+use crate::http::Response;
+use crate::tokenizer::Tokenizer;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Everything the request handlers share.
+pub struct Server {
+    /// The tokenizer (chat template, reply parsing, completions' prompts).
+    pub tok: Arc<Tokenizer>,
+    /// What requests are checked against (model id, `--ctx`, V, sampler defaults).
+    pub limits: api::Limits,
+    /// End ids (`[EOS]`, `<|end_of_msg|>`, `--stop-id`): not completion text.
+    pub end_ids: Vec<u32>,
+    /// The scheduler's queue.
+    pub queue: Arc<Queue>,
+    /// Counters for `/metrics`.
+    pub metrics: Arc<Metrics>,
+    /// Raised once the model is loaded (`/health` 200, generation endpoints open).
+    pub loaded: AtomicBool,
+    /// `--api-key` / `K3_API_KEY`: every route but `/health` needs `Authorization: Bearer KEY`.
+    pub api_key: Option<String>,
+    /// `--cors ORIGIN`: the `Access-Control-Allow-Origin` value (no CORS headers without it).
+    pub cors: Option<String>,
+    /// `--log-prompts`: the request body goes into the log line.
+    pub log_prompts: bool,
+    /// Unix seconds at start (`/v1/models`' `created`).
+    pub started: u64,
+    /// Request counter (ids `chatcmpl-k3-N`, `cmpl-k3-N`, `req-N` in the log).
+    pub counter: AtomicU64,
+}
+
+/// Unix seconds now.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Server {
+    /// `r` with the CORS headers when `--cors` named an origin.
+    pub(super) fn with_cors(&self, r: Response) -> Response {
+        match &self.cors {
+            Some(o) => r
+                .header("Access-Control-Allow-Origin", o)
+                .header("Vary", "Origin"),
+            None => r,
+        }
+    }
+
+    /// A JSON response, CORS headers added.
+    pub(super) fn json(&self, status: u16, body: String) -> Response {
+        self.with_cors(Response::new(status, "application/json", body.into_bytes()))
+    }
+
+    /// An error response; 503 says when to retry.
+    pub(super) fn error(&self, e: &ApiError) -> Response {
+        let r = self.json(e.status, e.body());
+        match e.status {
+            503 => r.header("Retry-After", "1"),
+            401 => r.header("WWW-Authenticate", "Bearer"),
+            _ => r,
+        }
+    }
+
+    /// The CORS headers for a streamed response.
+    pub(super) fn cors_headers(&self) -> Vec<(String, String)> {
+        match &self.cors {
+            Some(o) => vec![
+                ("Access-Control-Allow-Origin".into(), o.clone()),
+                ("Vary".into(), "Origin".into()),
+            ],
+            None => Vec::new(),
+        }
+    }
+}
