@@ -176,6 +176,15 @@ fn serve_flags(a: &Args) -> Result<ServeFlags> {
         }
     };
     let parallel = count(a, "parallel", 4, 1)?;
+    // an empty id could never be named by a request (`model` is required): refused like an
+    // empty key
+    let model_id = a.value("model-id")?;
+    if model_id.as_deref() == Some("") {
+        return Err(Error::invalid(
+            "flag `--model-id`: empty; give the name clients send as `model` (or leave the \
+             flag out: the model directory's name)",
+        ));
+    }
     Ok(ServeFlags {
         ip,
         port,
@@ -186,7 +195,7 @@ fn serve_flags(a: &Args) -> Result<ServeFlags> {
         max_body,
         cors: a.value("cors")?.filter(|c| !c.is_empty()),
         log_prompts: a.switch("log-prompts"),
-        model_id: a.value("model-id")?,
+        model_id,
     })
 }
 

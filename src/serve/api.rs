@@ -252,6 +252,30 @@ pub fn completion_job(
     Ok(CompletionJob { ids, params })
 }
 
+/// Positions of the shortest chat request (one user message with empty content, with its
+/// generation prompt), the least of every thinking setting: a server whose `--ctx` is not
+/// longer than this can answer no chat request (`k3 serve` refuses to start).
+///
+/// Errors: the template's (a tokenizer without the chat's special tokens).
+pub fn shortest_chat_prompt(tok: &Tokenizer) -> Result<usize, Error> {
+    let mut least = usize::MAX;
+    for extra in [
+        "",
+        r#", "chat_template_kwargs": {"thinking": false}"#,
+        r#", "reasoning_effort": "low""#,
+        r#", "reasoning_effort": "high""#,
+        r#", "reasoning_effort": "max""#,
+    ] {
+        let body = format!(r#"{{"messages": [{{"role": "user", "content": ""}}]{extra}}}"#);
+        let v = crate::json::parse(body.as_bytes())
+            .map_err(|e| Error::internal(format!("the shortest chat request: {}", e.expected)))?;
+        let req = ChatRequest::from_json(&v)?;
+        let ids = chat::encode(tok, &chat::render(&req, true)?)?;
+        least = least.min(ids.len());
+    }
+    Ok(least)
+}
+
 fn prompt_ids(p: &Value, tok: &Tokenizer, vocab: usize) -> Result<Vec<u32>, ApiError> {
     match p {
         Value::String(s) => Ok(tok.encode(s, false)),

@@ -239,4 +239,45 @@ fn sigint_cancels_requests_past_the_drain_bound_and_exits_0() {
         .unwrap()
         .contains("shutting down"));
     assert_eq!(s.wait_exit(), Some(0));
+    // each cancelled request is logged with the ids it used (it said `500 prompt=0
+    // completion=0`): both had prefilled and decoded for the drain's 300 ms
+    let lines = s.log_lines();
+    let cancelled: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("/v1/chat/completions 500 "))
+        .collect();
+    assert_eq!(cancelled.len(), 2, "{lines:?}");
+    for l in cancelled {
+        let count = |key: &str| -> u64 {
+            let at = l.find(key).unwrap_or_else(|| panic!("{key} in {l}")) + key.len();
+            l[at..].split(' ').next().unwrap().parse().unwrap()
+        };
+        assert!(count(" prompt=") > 0 && count(" completion=") > 0, "{l}");
+    }
+}
+
+/// `--model-id ''` served a model no request could name (every one 404): refused like an
+/// empty key, exit 2 naming the flag.
+#[test]
+fn an_empty_model_id_is_exit_2() {
+    let (code, e) = refused(&["--model-id", ""], &[]);
+    assert_eq!(code, Some(2), "{e}");
+    assert!(e.contains("--model-id") && e.contains("empty"), "{e}");
+}
+
+/// A `--ctx` shorter than the shortest chat request plus one reply id started a server that
+/// refused every chat request: exit 2 at start, naming `--ctx` and the least that serves.
+#[test]
+fn a_ctx_that_holds_no_chat_request_is_exit_2() {
+    let tok = crate::support::tokenizer::tok();
+    let least = k3::serve::api::shortest_chat_prompt(tok).unwrap() + 1;
+    for c in [1, least - 1] {
+        let (code, e) = refused(&["--ctx", &c.to_string()], &[]);
+        assert_eq!(code, Some(2), "{e}");
+        assert!(
+            e.contains(&format!("flag `--ctx {c}`"))
+                && e.contains(&format!("give --ctx {least} or more")),
+            "{e}"
+        );
+    }
 }
