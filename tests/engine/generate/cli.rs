@@ -358,10 +358,15 @@ fn bad_input_is_refused_naming_the_flag() {
     let (code, err) = fails(&[&m, "--ids", P, "--stop", "ab"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--stop") && err.contains("tokenizer"), "{err}");
-    // --parallel 0
-    let (code, err) = fails(&[&m, "--batch", &b, "--parallel", "0"]);
-    assert_eq!(code, 2, "{err}");
-    assert!(err.contains("--parallel"), "{err}");
+    // --parallel 0, and 2^64-1 (it panicked in the plan's arithmetic)
+    for n in ["0", "18446744073709551615"] {
+        let (code, err) = fails(&[&m, "--batch", &b, "--parallel", n]);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains(&format!("flag `--parallel {n}`: expected 1 to 4096")),
+            "{err}"
+        );
+    }
 }
 
 #[test]

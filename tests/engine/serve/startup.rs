@@ -61,7 +61,7 @@ fn parallel_beyond_the_plan_is_exit_3_naming_what_fits() {
         "--ctx",
         "4096",
         "--parallel",
-        "100000",
+        "4096",
     ]);
     assert_eq!(
         o.status.code(),
@@ -71,7 +71,7 @@ fn parallel_beyond_the_plan_is_exit_3_naming_what_fits() {
     );
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(
-        e.contains("--parallel 100000") && e.contains("the largest --parallel that fits is"),
+        e.contains("--parallel 4096") && e.contains("the largest --parallel that fits is"),
         "{e}"
     );
 }
@@ -277,6 +277,21 @@ fn a_ctx_that_holds_no_chat_request_is_exit_2() {
         assert!(
             e.contains(&format!("flag `--ctx {c}`"))
                 && e.contains(&format!("give --ctx {least} or more")),
+            "{e}"
+        );
+    }
+}
+
+/// `--snapshots` and `--parallel` 18446744073709551615: `parallel + snapshots` and the plan's
+/// products of the count overflowed (a panic): refused at the flag, exit 2 naming the range.
+#[test]
+fn sequence_counts_beyond_any_plan_are_exit_2() {
+    for flag in ["--snapshots", "--parallel"] {
+        let (code, e) = refused(&[flag, "18446744073709551615"], &[]);
+        assert_eq!(code, Some(2), "{e}");
+        assert!(
+            e.contains(&format!("flag `{flag} 18446744073709551615`: expected"))
+                && e.contains("to 4096"),
             "{e}"
         );
     }
