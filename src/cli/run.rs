@@ -36,6 +36,7 @@ use inputs::{check_inputs, compute, Inputs};
 use memory::{plan_memory, PlanInputs};
 use state::generation;
 
+pub(crate) use flags::MAX_SEQUENCES;
 pub(crate) use serve::prepare_serve;
 
 pub(crate) const SPECS: &[Spec] = &[

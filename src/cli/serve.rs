@@ -4,6 +4,7 @@
 //! fits), loading while `/health` says 503, the startup line, and the SIGINT/SIGTERM drain.
 
 use super::args::{Args, Spec};
+use crate::cli::run::MAX_SEQUENCES;
 use crate::error::{Error, Result};
 use crate::generate::defaults::chat_defaults;
 use crate::http::{self, Shutdown};
@@ -114,13 +115,18 @@ struct ServeFlags {
     model_id: Option<String>,
 }
 
-fn count(a: &Args, name: &str, default: usize, min: usize) -> Result<usize> {
+fn count(a: &Args, name: &str, default: usize, min: usize, max: usize) -> Result<usize> {
     let v = a
         .parsed::<usize>(name, "a non-negative integer")?
         .unwrap_or(default);
     if v < min {
         return Err(Error::invalid(format!(
             "flag `--{name} {v}`: must be at least {min}"
+        )));
+    }
+    if v > max {
+        return Err(Error::invalid(format!(
+            "flag `--{name} {v}`: expected {min} to {max}"
         )));
     }
     Ok(v)
@@ -175,18 +181,30 @@ fn serve_flags(a: &Args) -> Result<ServeFlags> {
             (x * 1e6) as usize
         }
     };
-    let parallel = count(a, "parallel", 4, 1)?;
+    let parallel = count(a, "parallel", 4, 1, MAX_SEQUENCES)?;
+    // an empty id could never be named by a request (`model` is required): refused like an
+    // empty key
+    let model_id = a.value("model-id")?;
+    if model_id.as_deref() == Some("") {
+        return Err(Error::invalid(
+            "flag `--model-id`: empty; give the name clients send as `model` (or leave the \
+             flag out: the model directory's name)",
+        ));
+    }
     Ok(ServeFlags {
         ip,
         port,
         api_key,
         parallel,
-        queue: count(a, "queue", 64, 0)?,
-        snapshots: a.parsed::<usize>("snapshots", "a non-negative integer")?,
+        queue: count(a, "queue", 64, 0, usize::MAX)?,
+        snapshots: match a.value("snapshots")? {
+            None => None,
+            Some(_) => Some(count(a, "snapshots", 0, 0, MAX_SEQUENCES)?),
+        },
         max_body,
         cors: a.value("cors")?.filter(|c| !c.is_empty()),
         log_prompts: a.switch("log-prompts"),
-        model_id: a.value("model-id")?,
+        model_id,
     })
 }
 

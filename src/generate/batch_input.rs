@@ -100,7 +100,11 @@ fn uint(key: &str, v: &Value) -> std::result::Result<u64, String> {
         Some(x) => Ok(x),
         None => Err(key_err(
             key,
-            format!("expected an integer ≥ 0, found {}", found(v)),
+            format!(
+                "expected an integer from 0 to {}, found {}",
+                u64::MAX,
+                found(v)
+            ),
         )),
     }
 }
@@ -194,7 +198,13 @@ fn apply(req: &mut BatchRequest, key: &str, v: &Value) -> std::result::Result<()
         "seed" => {
             let lexeme = v.as_number().filter(|n| n.is_integer()).map(|n| n.lexeme());
             req.sampler.seed = lexeme
-                .ok_or_else(|| key_err(key, format!("expected an integer, found {}", found(v))))
+                .ok_or_else(|| {
+                    let s = Setting::Seed;
+                    key_err(
+                        key,
+                        format!("expected {}, found {}", s.expected(), found(v)),
+                    )
+                })
                 .and_then(|l| parse_seed(l).map_err(|why| key_err(key, why)))?;
             req.seed_given = true;
         }

@@ -7,9 +7,7 @@
 mod fields;
 mod params;
 
-use fields::{
-    check_fields, check_model, opt_bool, opt_positive, opt_uint, CHAT_ACCEPTED, COMPLETION_ACCEPTED,
-};
+use fields::{check_fields, check_model, opt_bool, opt_int_in, CHAT_ACCEPTED, COMPLETION_ACCEPTED};
 pub use fields::{IGNORED, REFUSED};
 use params::{check_length, gen_params};
 
@@ -104,6 +102,9 @@ pub struct GenParams {
     pub settings: SamplerSettings,
     /// `max_tokens` / `max_completion_tokens`, if given.
     pub max_tokens: Option<u64>,
+    /// The field `max_tokens` came from (`max_tokens` or `max_completion_tokens`), which a
+    /// refusal names.
+    pub max_tokens_field: &'static str,
     /// `stop` strings (matched on the response text, never returned).
     pub stop: Vec<String>,
     /// `stream`.
@@ -206,10 +207,7 @@ pub fn chat_job(
         .len();
     let mut params = gen_params(o, lim, os_seed, "max_completion_tokens")?;
     params.logprobs = opt_bool(o, "logprobs")?.unwrap_or(false);
-    if let Some(n) = opt_uint(o, "top_logprobs")? {
-        if n > 20 {
-            return Err(ApiError::invalid("top_logprobs", "expected 0 to 20"));
-        }
+    if let Some(n) = opt_int_in(o, "top_logprobs", 0, 20, "")? {
         if !params.logprobs && n > 0 {
             return Err(ApiError::invalid("top_logprobs", "needs `logprobs: true`"));
         }
@@ -244,21 +242,38 @@ pub fn completion_job(
     if opt_bool(o, "echo")? == Some(true) {
         return Err(ApiError::invalid("echo", "not supported; give false"));
     }
-    if let Some(b) = opt_positive(o, "best_of")? {
-        if b != 1 {
-            return Err(ApiError::invalid("best_of", "only 1 is supported"));
-        }
-    }
+    opt_int_in(o, "best_of", 1, 1, " (k3 returns one choice per request)")?;
     let mut params = gen_params(o, lim, os_seed, "max_tokens")?;
-    if let Some(n) = opt_uint(o, "logprobs")? {
-        if n > 5 {
-            return Err(ApiError::invalid("logprobs", "expected 0 to 5"));
-        }
+    if let Some(n) = opt_int_in(o, "logprobs", 0, 5, "")? {
         params.logprobs = true;
         params.top_logprobs = n as usize;
     }
     check_length(ids.len(), 0, &params, lim, "prompt")?;
     Ok(CompletionJob { ids, params })
+}
+
+/// Positions of the shortest chat request (one user message with empty content, with its
+/// generation prompt), the least of every thinking setting: a server whose `--ctx` is not
+/// longer than this can answer no chat request (`k3 serve` refuses to start).
+///
+/// Errors: the template's (a tokenizer without the chat's special tokens).
+pub fn shortest_chat_prompt(tok: &Tokenizer) -> Result<usize, Error> {
+    let mut least = usize::MAX;
+    for extra in [
+        "",
+        r#", "chat_template_kwargs": {"thinking": false}"#,
+        r#", "reasoning_effort": "low""#,
+        r#", "reasoning_effort": "high""#,
+        r#", "reasoning_effort": "max""#,
+    ] {
+        let body = format!(r#"{{"messages": [{{"role": "user", "content": ""}}]{extra}}}"#);
+        let v = crate::json::parse(body.as_bytes())
+            .map_err(|e| Error::internal(format!("the shortest chat request: {}", e.expected)))?;
+        let req = ChatRequest::from_json(&v)?;
+        let ids = chat::encode(tok, &chat::render(&req, true)?)?;
+        least = least.min(ids.len());
+    }
+    Ok(least)
 }
 
 fn prompt_ids(p: &Value, tok: &Tokenizer, vocab: usize) -> Result<Vec<u32>, ApiError> {

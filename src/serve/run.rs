@@ -232,6 +232,17 @@ impl Running<'_> {
     }
 }
 
+impl Running<'_> {
+    /// A 500 for a job the scheduler failed or cancelled (a read failure, the shutdown's
+    /// drain bound), logged with the ids the request had used: it said `prompt=0
+    /// completion=0` for a request cancelled mid-reply.
+    fn failed(&mut self, server: &Server, out: &mut Responder<'_>, message: &str) -> Outcome {
+        let mut o = Outcome::refused(server, out, &failed(message));
+        o.usage = self.final_usage();
+        o
+    }
+}
+
 fn failed(message: &str) -> ApiError {
     ApiError::other(500, "server_error", format!("generation failed: {message}"))
 }
@@ -265,7 +276,7 @@ fn whole(
                 r.why = Some(why);
                 break;
             }
-            Event::Failed(m) => return Outcome::refused(server, out, &failed(&m)),
+            Event::Failed(m) => return r.failed(server, out, &m),
         }
     }
     r.b.finish(&mut pieces);
@@ -314,7 +325,7 @@ fn stream(
     headers.extend(server.cors_headers());
     // the first event says whether the job started: a failure before it is a plain 500
     let first = match next(rx, &mut || out.disconnected()) {
-        Some(Event::Failed(m)) => return Outcome::refused(server, out, &failed(&m)),
+        Some(Event::Failed(m)) => return r.failed(server, out, &m),
         Some(e) => e,
         None => return Outcome::gone(r.final_usage()),
     };
@@ -358,6 +369,7 @@ fn stream(
                 let _ = s.finish();
                 let mut o = Outcome {
                     status: 500,
+                    usage: r.final_usage(),
                     ..Outcome::default()
                 };
                 o.error = Some("server_error".into());

@@ -107,7 +107,9 @@ impl Queue {
     /// wait, or the server is shutting down (the handler answers 503 with `Retry-After`).
     pub fn submit(&self, job: Job) -> std::result::Result<(), Job> {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if st.shutdown || st.waiting.len() + st.active >= self.parallel + self.max_waiting {
+        // `--queue` may be any count: the sum saturates instead of wrapping to a full queue
+        let room = self.parallel.saturating_add(self.max_waiting);
+        if st.shutdown || st.waiting.len() + st.active >= room {
             return Err(job);
         }
         st.waiting.push_back(job);
@@ -390,5 +392,34 @@ impl Progress for ToEvents<'_> {
     fn done(&mut self) {}
     fn cancelled(&self) -> bool {
         self.gone
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> Job {
+        Job {
+            ids: vec![1],
+            settings: SamplerSettings::greedy(),
+            max_tokens: 1,
+            logprobs: None,
+            events: std::sync::mpsc::channel().0,
+        }
+    }
+
+    /// `--queue 18446744073709551615`: `parallel + max_waiting` overflowed (a panic in a
+    /// debug build; wrapped to `parallel - 1` in a release one, refusing every request).
+    #[test]
+    fn a_queue_of_any_size_takes_jobs() {
+        let q = Queue::new(usize::MAX, 4);
+        for _ in 0..3 {
+            assert!(q.submit(job()).is_ok());
+        }
+        assert_eq!(q.depth(), 3);
+        let q = Queue::new(0, 1);
+        assert!(q.submit(job()).is_ok());
+        assert!(q.submit(job()).is_err(), "one slot, no queue");
     }
 }

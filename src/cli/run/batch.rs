@@ -56,20 +56,43 @@ pub(super) fn entries(
             if prompt.is_empty() {
                 return Err(here("the prompt is empty (no ids)".into()));
             }
+            // without --ctx a line needs prompt + gen positions: a sum that may not wrap or
+            // saturate (it said "prompt + gen = 18446744073709551615 positions" for a gen
+            // near 2^64); refused naming `gen` and its range
+            let n = prompt.len();
+            let gen_range = |limit: String, most: u64| {
+                here(format!(
+                    "key `gen`: the prompt ({n} ids) + gen ({}) exceeds {limit}; give gen from \
+                     0 to {most}",
+                    r.gen
+                ))
+            };
             let ctx = match req.ctx {
                 Some(c) => c,
-                None => prompt.len().saturating_add(r.gen as usize),
+                None => usize::try_from(r.gen)
+                    .ok()
+                    .and_then(|g| n.checked_add(g))
+                    .ok_or_else(|| {
+                        gen_range(
+                            "the positions a sequence can address".into(),
+                            (usize::MAX - n) as u64,
+                        )
+                    })?,
             };
-            if prompt.len() > ctx {
+            if n > ctx {
                 return Err(here(format!(
-                    "the prompt has {} ids, more than --ctx {ctx}",
-                    prompt.len()
+                    "the prompt has {n} ids, more than --ctx {ctx}"
                 )));
             }
             if let Some(m) = max_positions.filter(|&m| ctx as u64 > m) {
-                return Err(here(format!(
-                    "prompt + gen = {ctx} positions exceeds max_position_embeddings {m}"
-                )));
+                return Err(match req.ctx {
+                    None if (n as u64) < m => {
+                        gen_range(format!("max_position_embeddings {m}"), m - n as u64)
+                    }
+                    _ => here(format!(
+                        "prompt + gen = {ctx} positions exceeds max_position_embeddings {m}"
+                    )),
+                });
             }
             let mut settings = r.sampler;
             if !settings.is_greedy() && !r.seed_given {

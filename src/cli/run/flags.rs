@@ -13,6 +13,12 @@ use std::path::PathBuf;
 /// lookup rarely keeps more.
 pub(super) const MAX_SPEC: usize = 64;
 
+/// The most sequences `--parallel` (and serve's `--snapshots`) may plan: far beyond any
+/// budget (each holds its KDA state and MLA cache), and small enough that the plan's sums
+/// and products of a count cannot overflow (`--parallel 18446744073709551615` panicked in
+/// the plan's arithmetic).
+pub(crate) const MAX_SEQUENCES: usize = 4096;
+
 /// The most reads in flight `--io-depth` accepts (each is a thread while it reads).
 pub(super) const MAX_IO_DEPTH: usize = 64;
 
@@ -187,8 +193,10 @@ pub(super) fn parallel(a: &Args, several: bool) -> Result<usize> {
     let parallel = a
         .parsed::<usize>("parallel", "a positive integer")?
         .unwrap_or(1);
-    if parallel == 0 {
-        return Err(Error::invalid("flag `--parallel 0`: must be at least 1"));
+    if !(1..=MAX_SEQUENCES).contains(&parallel) {
+        return Err(Error::invalid(format!(
+            "flag `--parallel {parallel}`: expected 1 to {MAX_SEQUENCES} sequences"
+        )));
     }
     if !several && a.value("parallel")?.is_some() {
         return Err(Error::invalid(

@@ -122,10 +122,11 @@ pub(super) fn check_inputs(req: &Request, rep: &mut RunReport) -> Result<Inputs>
     if let (None, Some(maxp)) = (req.ctx, cfg.max_position_embeddings) {
         if positions as u64 > maxp {
             return Err(Error::invalid(format!(
-                "prompt ({} ids) + --gen {} = {positions} positions exceeds max_position_embeddings {maxp} of {}",
+                "prompt ({} ids) + --gen {} = {positions} positions exceeds max_position_embeddings {maxp} of {}; give --gen from 0 to {}",
                 ids.len(),
                 req.gen,
-                req.config.display()
+                req.config.display(),
+                maxp.saturating_sub(ids.len() as u64)
             )));
         }
     }

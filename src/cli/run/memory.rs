@@ -165,7 +165,9 @@ pub(super) fn model_sizes(c: &PlanInputs<'_>, par: usize, positions: usize) -> M
             chunk: req.chunk,
             all_logits: c.want_all,
             threads: c.ex.threads(),
-            sequences: par + req.snapshots.unwrap_or(par),
+            // flags' counts: `--snapshots 18446744073709551615` wrapped the sum to fewer
+            // sequences than the pool holds; saturated, the plan refuses it (exit 3)
+            sequences: par.saturating_add(req.snapshots.unwrap_or(par)),
             decoding: par,
             spec: req.spec,
             codec_staging: if c.coded {

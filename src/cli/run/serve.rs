@@ -128,6 +128,19 @@ pub(crate) fn prepare_serve(
             crate::tokenizer::TIKTOKEN_FILE
         )));
     }
+    // a context that holds no chat request would start a server that refuses every one
+    let shortest = match &inp.tok {
+        Some(t) => crate::serve::api::shortest_chat_prompt(t)?,
+        None => 0,
+    };
+    let least_ctx = shortest + 1;
+    if let Some(c) = req.ctx.filter(|&c| c < least_ctx) {
+        return Err(Error::invalid(format!(
+            "flag `--ctx {c}`: too small for any chat request: the shortest (one empty user \
+             message and the generation prompt) takes {shortest} positions, and the reply at \
+             least one more; give --ctx {least_ctx} or more"
+        )));
+    }
     let ex = compute(&req, &mut rep)?;
     let index = TensorIndex::open(&req.model_dir)?;
     let census = Census::run(&inp.cfg, &index);
@@ -144,6 +157,14 @@ pub(crate) fn prepare_serve(
         // none fits: plan one position (said nowhere) so that the plan's own error names the
         // shortfall
         inp.positions = fits.as_ref().map_or(1, |&c| c);
+        if let Some(&c) = fits.as_ref().ok().filter(|&&c| c < least_ctx) {
+            return Err(Error::resources(format!(
+                "context: the memory budget fits {c} positions per sequence at --parallel {}, \
+                 and the shortest chat request needs {least_ctx} ({shortest} prompt positions \
+                 and one reply id); give a larger --mem-gb or a smaller --parallel",
+                req.parallel
+            )));
+        }
         if let (Ok(c), false) = (fits, req.quiet) {
             crate::sayln!(
                 "context: {} per sequence (the largest that fits; give --ctx N to choose)",

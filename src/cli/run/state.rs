@@ -144,9 +144,26 @@ pub(super) fn load(
             )))
         }
         Some(c) => c,
-        None => have.saturating_add(req.gen),
+        // the sum may not saturate: it said the sequence needs 18446744073709551615 positions
+        None => have.checked_add(req.gen).ok_or_else(|| {
+            Error::invalid(format!(
+                "flag `--gen {}`: the loaded sequence and the new input hold {have} ids, and \
+                 {have} + --gen overflows; give --gen from 0 to {} (or --ctx)",
+                req.gen,
+                usize::MAX - have
+            ))
+        })?,
     };
     if let Some(m) = inp.cfg.max_position_embeddings {
+        if positions as u64 > m && req.ctx.is_none() && (have as u64) < m {
+            return Err(Error::invalid(format!(
+                "flag `--gen {}`: the loaded sequence and the new input hold {have} ids, and \
+                 {have} + --gen = {positions} positions is beyond max_position_embeddings {m}; \
+                 give --gen from 0 to {}",
+                req.gen,
+                m - have as u64
+            )));
+        }
         if positions as u64 > m {
             return Err(Error::invalid(format!(
                 "flag `--load-state {}`: the continued sequence needs {positions} positions, beyond max_position_embeddings {m}",

@@ -112,11 +112,11 @@ fn refusals_name_line_and_key() {
         (r#"{"ids":[1.5]}"#, "key `ids`: element 0"),
         (
             r#"{"ids":[1],"gen":-1}"#,
-            "key `gen`: expected an integer ≥ 0, found -1",
+            "key `gen`: expected an integer from 0 to 18446744073709551615, found -1",
         ),
         (
             r#"{"ids":[1],"gen":"4"}"#,
-            "key `gen`: expected an integer ≥ 0, found \"4\"",
+            "key `gen`: expected an integer from 0 to 18446744073709551615, found \"4\"",
         ),
         (
             r#"{"ids":[1],"temperature":-0.5}"#,
@@ -141,7 +141,7 @@ fn refusals_name_line_and_key() {
         (r#"{"ids":[1],"top_k":2.5}"#, "key `top_k`"),
         (
             r#"{"ids":[1],"seed":1.0}"#,
-            "key `seed`: expected an integer, found 1.0",
+            "key `seed`: expected an integer in [-9223372036854775808, 18446744073709551615], found 1.0",
         ),
         (
             r#"{"ids":[1],"seed":18446744073709551616}"#,

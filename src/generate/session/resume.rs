@@ -45,7 +45,7 @@ impl Sequence {
             mla,
             sampler: self.settings,
             logits_hash: self.hash.finish(),
-            generated: generated_before + self.generated().len() as u64,
+            generated: generated_before.saturating_add(self.generated().len() as u64),
         })
     }
 

@@ -14,7 +14,7 @@ use std::path::Path;
 ///
 /// Errors: exit 2 for every refusal (wrong magic, version, header_len, other config — the
 /// first differing `key=value` —, other weights, header fields that differ from the running
-/// model, n_ids ≠ n_pos + 1, a size other than the formula, a checksum mismatch, an id ≥ V,
+/// model, n_ids ≠ n_pos + 1, `stats` (ids generated) above n_ids, a size other than the formula, a checksum mismatch, an id ≥ V,
 /// sampler settings out of range) and for a file that cannot be opened or is a directory;
 /// exit 4 for a read failure. Messages start with the path.
 pub fn load(flag: &str, path: &Path, id: &StateIdentity) -> Result<SequenceState> {
@@ -255,6 +255,19 @@ fn read_header<R: Read>(
             format!(
                 "{n_ids}, expected n_pos + 1 = {} (the last id is always pending)",
                 n_pos as u128 + 1
+            ),
+        ));
+    }
+    // the ids generated so far are among the ids held: a larger count would overflow the
+    // sum the next save writes (`generated_before + generated`)
+    let generated = u64_at(&h, 128);
+    if generated > n_ids {
+        return Err(bad(
+            128,
+            "stats",
+            format!(
+                "{generated} ids generated, more than the {n_ids} ids the file holds (expected \
+                 0 to {n_ids})"
             ),
         ));
     }

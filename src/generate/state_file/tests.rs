@@ -248,6 +248,29 @@ fn refuses_n_ids_other_than_n_pos_plus_one() {
     assert!(refused(&b, &id).contains("n_ids"));
 }
 
+/// A `stats` of 2^64-1 loaded, and the next save's `generated_before + generated` overflowed
+/// (a panic in a debug build, a wrapped count in a release one).
+#[test]
+fn refuses_stats_beyond_the_ids_held() {
+    let id = ident();
+    let mut b = to_bytes(&id, &state(&id, 2)).unwrap();
+    for g in [4, u64::MAX] {
+        b[128..136].copy_from_slice(&g.to_le_bytes());
+        reseal(&mut b);
+        let e = refused(&b, &id);
+        assert!(
+            e.contains(&format!(
+                "byte 128: stats: {g} ids generated, more than the 3 ids"
+            )),
+            "{e}"
+        );
+        assert!(e.contains("expected 0 to 3"), "{e}");
+    }
+    b[128..136].copy_from_slice(&3u64.to_le_bytes());
+    reseal(&mut b);
+    assert_eq!(parse(&b, "m", &id).unwrap().generated, 3);
+}
+
 #[test]
 fn refuses_truncated_and_oversized_files() {
     let id = ident();

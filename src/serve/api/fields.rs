@@ -100,14 +100,7 @@ pub(super) fn check_fields(o: &Object, accepted: &[&str]) -> Result<(), ApiError
             }
         }
     }
-    if let Some(n) = opt_positive(o, "n")? {
-        if n != 1 {
-            return Err(ApiError::invalid(
-                "n",
-                "only 1 choice per request is supported",
-            ));
-        }
-    }
+    opt_int_in(o, "n", 1, 1, " (k3 returns one choice per request)")?;
     Ok(())
 }
 
@@ -151,35 +144,46 @@ pub(super) fn opt_f64(o: &Object, k: &str) -> Result<Option<f64>, ApiError> {
     }
 }
 
-/// An optional non-negative integer field (`null` counts as absent).
-pub(super) fn opt_uint(o: &Object, k: &str) -> Result<Option<u64>, ApiError> {
-    match o.get(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) if n.is_integer() => n
-            .as_u64()
-            .map(Some)
-            .ok_or_else(|| ApiError::invalid(k, "expected a non-negative integer")),
-        Some(v) => Err(ApiError::invalid(
-            k,
-            format!("expected a non-negative integer, found {}", v.type_name()),
-        )),
+/// What a refusal quotes of a value: a number's lexeme (at most `QUOTE_MAX` bytes), else its
+/// JSON type.
+pub(super) fn found(v: &Value) -> String {
+    match v {
+        Value::Number(n) => n.quoted(),
+        v => v.type_name().to_string(),
     }
 }
 
-/// An optional integer field that must be at least 1 (`max_tokens`, `n`, `best_of`; `null`
-/// counts as absent): 0 and negative values alike are "expected at least 1".
-pub(super) fn opt_positive(o: &Object, k: &str) -> Result<Option<u64>, ApiError> {
-    match o.get(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) if n.is_integer() => match n.as_u64() {
-            Some(m) if m >= 1 => Ok(Some(m)),
-            _ => Err(ApiError::invalid(k, "expected at least 1")),
-        },
-        Some(v) => Err(ApiError::invalid(
-            k,
-            format!("expected an integer ≥ 1, found {}", v.type_name()),
-        )),
+/// An optional integer field in `lo..=hi` (`null` counts as absent). The value is compared
+/// as its lexeme's integer, never converted first: `2^64`, `1e23`, `-1` and `1.5` are refused
+/// alike, naming the field, the allowed range and what was found (`max_tokens: expected an
+/// integer from 1 to 511, found 1e23`). `why` is said after the range (`" (one choice per
+/// request)"`).
+pub(super) fn opt_int_in(
+    o: &Object,
+    k: &str,
+    lo: u64,
+    hi: u64,
+    why: &str,
+) -> Result<Option<u64>, ApiError> {
+    let v = match o.get(k) {
+        None | Some(Value::Null) => return Ok(None),
+        Some(v) => v,
+    };
+    match v.as_number().and_then(|n| n.as_u64()) {
+        Some(x) if (lo..=hi).contains(&x) => Ok(Some(x)),
+        _ => Err(ApiError::invalid(k, range_message(lo, hi, why, v))),
     }
+}
+
+/// `expected an integer from LO to HI{why}, found X` (`expected 1{why}, found X` when the
+/// range is one value).
+pub(super) fn range_message(lo: u64, hi: u64, why: &str, v: &Value) -> String {
+    let range = if lo == hi {
+        format!("{lo}")
+    } else {
+        format!("an integer from {lo} to {hi}")
+    };
+    format!("expected {range}{why}, found {}", found(v))
 }
 
 #[cfg(test)]
@@ -219,28 +223,47 @@ mod tests {
     }
 
     /// `max_tokens: -1` said "expected a non-negative integer" where 0 said "expected at
-    /// least 1": every value below 1 gets the same message, in every positive-integer field.
+    /// least 1", and 2^64 (a positive integer) said "expected at least 1" too: every value
+    /// outside the range gets one message, naming the range and what was found.
     #[test]
-    fn positive_fields_refuse_zero_and_negatives_alike() {
-        for k in ["max_tokens", "n", "best_of"] {
-            for v in ["0", "-1", "-12345678901234567890"] {
-                let e = opt_positive(&obj(&format!(r#"{{"{k}": {v}}}"#)), k).unwrap_err();
-                assert_eq!(e.param.as_deref(), Some(k));
-                assert_eq!(e.message, format!("{k}: expected at least 1"), "{k}: {v}");
-            }
+    fn integer_fields_name_their_range_and_the_value() {
+        for v in [
+            "0",
+            "-1",
+            "-12345678901234567890",
+            "18446744073709551616",
+            "1e23",
+            "1.5",
+            "1.0",
+            "\"3\"",
+            "true",
+        ] {
+            let e = opt_int_in(&obj(&format!(r#"{{"k": {v}}}"#)), "k", 1, 511, "").unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("k"));
+            let shown = match v {
+                "\"3\"" => "string",
+                "true" => "bool",
+                v => v,
+            };
             assert_eq!(
-                opt_positive(&obj(&format!(r#"{{"{k}": 3}}"#)), k),
-                Ok(Some(3))
-            );
-            let e = opt_positive(&obj(&format!(r#"{{"{k}": 1.5}}"#)), k).unwrap_err();
-            assert!(
-                e.message.contains("expected an integer ≥ 1"),
-                "{}",
-                e.message
+                e.message,
+                format!("k: expected an integer from 1 to 511, found {shown}"),
+                "{v}"
             );
         }
-        let e = check_fields(&obj(r#"{"n": -1}"#), CHAT_ACCEPTED).unwrap_err();
-        assert_eq!(e.message, "n: expected at least 1");
+        assert_eq!(
+            opt_int_in(&obj(r#"{"k": 511}"#), "k", 1, 511, ""),
+            Ok(Some(511))
+        );
+        assert_eq!(
+            opt_int_in(&obj(r#"{"k": null}"#), "k", 1, 511, ""),
+            Ok(None)
+        );
+        let e = check_fields(&obj(r#"{"n": 18446744073709551617}"#), CHAT_ACCEPTED).unwrap_err();
+        assert_eq!(
+            e.message,
+            "n: expected 1 (k3 returns one choice per request), found 18446744073709551617"
+        );
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! the checkpoint's defaults, the seed, `stop`, `stream` and `stream_options`, and the prompt
 //! and `max_tokens` against `--ctx`.
 
-use super::fields::{opt_bool, opt_f64, opt_positive};
+use super::fields::{found, opt_bool, opt_f64, opt_int_in};
 use super::{ApiError, GenParams, Limits};
 use crate::json::{Object, Value};
 
@@ -41,10 +41,16 @@ pub(super) fn gen_params(
         s.top_k = match (n.and_then(|n| n.as_u64()), n.and_then(|n| n.as_i64())) {
             (Some(k), _) => k,
             (None, Some(-1)) => 0,
+            // an integer beyond u64 keeps every id, as on the command line and in a batch line
+            _ if n.is_some_and(|n| !n.lexeme().starts_with('-')) => u64::MAX,
             _ => {
                 return Err(ApiError::invalid(
                     "top_k",
-                    "expected an integer ≥ 0 (0 or -1: off)",
+                    format!(
+                        "expected an integer ≥ -1 (0 or -1: off; at least the vocabulary: every \
+                         id), found {}",
+                        found(v)
+                    ),
                 ))
             }
         };
@@ -59,9 +65,18 @@ pub(super) fn gen_params(
         }
         Some(v) => seed(v)?,
     };
-    let max_tokens = match opt_positive(o, alt_max)? {
-        Some(m) => Some(m),
-        None => opt_positive(o, "max_tokens")?,
+    // both fields are checked (a bad one is refused even when the other wins); each is at
+    // most the context less one prompt id, so no later sum can wrap
+    let hi = (lim.ctx as u64).saturating_sub(1).max(1);
+    let why = format!(
+        " (the prompt and the reply share this server's --ctx of {} positions)",
+        lim.ctx
+    );
+    let alt = opt_int_in(o, alt_max, 1, hi, &why)?;
+    let plain = opt_int_in(o, "max_tokens", 1, hi, &why)?;
+    let (max_tokens, max_tokens_field) = match (alt, plain) {
+        (Some(m), _) => (Some(m), field_name(alt_max)),
+        (None, m) => (m, "max_tokens"),
     };
     let stop = match o.get("stop") {
         None | Some(Value::Null) => Vec::new(),
@@ -124,6 +139,7 @@ pub(super) fn gen_params(
     Ok(GenParams {
         settings: s,
         max_tokens,
+        max_tokens_field,
         stop,
         stream,
         include_usage,
@@ -132,15 +148,24 @@ pub(super) fn gen_params(
     })
 }
 
+/// The field that limits the reply, as `GenParams::max_tokens_field` keeps it.
+fn field_name(k: &str) -> &'static str {
+    match k {
+        "max_completion_tokens" => "max_completion_tokens",
+        _ => "max_tokens",
+    }
+}
+
 /// A seed in [−2⁶³, 2⁶⁴), a negative one modulo 2⁶⁴ (ENGINE.md §8).
 fn seed(v: &Value) -> Result<u64, ApiError> {
+    let shown = found(v);
     let n = v.as_number().filter(|n| n.is_integer());
     match (n.and_then(|n| n.as_u64()), n.and_then(|n| n.as_i64())) {
         (Some(s), _) => Ok(s),
         (None, Some(s)) => Ok(s as u64),
         _ => Err(ApiError::invalid(
             "seed",
-            "expected an integer in [-2^63, 2^64)",
+            format!("expected an integer in [-2^63, 2^64), found {shown}"),
         )),
     }
 }
@@ -181,14 +206,16 @@ pub(super) fn check_length(
         )));
     }
     if let Some(m) = p.max_tokens {
-        if ids as u64 + m > lim.ctx as u64 {
+        // compared without adding: `ids + m` wrapped for m near 2^64 and let the request run
+        let room = (lim.ctx - ids) as u64;
+        if m > room {
+            let f = p.max_tokens_field;
             return Err(ApiError {
-                param: Some("max_tokens".to_string()),
+                param: Some(f.to_string()),
                 ..too_long(format!(
-                    "max_tokens: the prompt ({prompt}) + max_tokens ({m}) exceeds this \
-                     server's context (--ctx) of {} positions; give max_tokens {} or less",
-                    lim.ctx,
-                    lim.ctx - ids
+                    "{f}: the prompt ({prompt}) + {f} ({m}) exceeds this server's context \
+                     (--ctx) of {} positions; give {f} {room} or less",
+                    lim.ctx
                 ))
             });
         }
@@ -282,6 +309,54 @@ mod tests {
         assert_eq!(e.param.as_deref(), Some("max_tokens"));
         assert!(
             e.message.contains("give max_tokens 10 or less"),
+            "{}",
+            e.message
+        );
+    }
+
+    /// `prompt_ids + max_tokens` wrapped: 18446744073709551527 with a 90-id prompt summed
+    /// to 1 and the request ran to the context's end. The comparison no longer adds, and
+    /// `max_tokens` is refused at parse time above the context.
+    #[test]
+    fn max_tokens_near_2_64_is_refused_not_wrapped() {
+        let p = |m: u64| GenParams {
+            max_tokens: Some(m),
+            ..params("{}").unwrap()
+        };
+        for m in [u64::MAX, u64::MAX - 88, 18446744073709551527, 1 << 63, 101] {
+            let e = check_length(90, 0, &p(m), &lim(), "messages").unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("max_tokens"), "{m}");
+            assert!(
+                e.message.contains("give max_tokens 10 or less"),
+                "{}",
+                e.message
+            );
+        }
+        for v in [
+            "18446744073709551527",
+            "18446744073709551615",
+            "18446744073709551616",
+            "1e23",
+            "100",
+        ] {
+            for k in ["max_tokens", "max_completion_tokens"] {
+                let e = params(&format!(r#"{{"{k}": {v}}}"#)).unwrap_err();
+                assert_eq!(e.param.as_deref(), Some(k), "{v}");
+                assert_eq!(
+                    e.message,
+                    format!(
+                        "{k}: expected an integer from 1 to 99 (the prompt and the reply share \
+                         this server's --ctx of 100 positions), found {v}"
+                    )
+                );
+            }
+        }
+        // the field that set the limit is the one a context refusal names
+        let q = params(r#"{"max_completion_tokens": 50}"#).unwrap();
+        let e = check_length(90, 0, &q, &lim(), "messages").unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("max_completion_tokens"));
+        assert!(
+            e.message.starts_with("max_completion_tokens: the prompt"),
             "{}",
             e.message
         );

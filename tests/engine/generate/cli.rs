@@ -358,10 +358,15 @@ fn bad_input_is_refused_naming_the_flag() {
     let (code, err) = fails(&[&m, "--ids", P, "--stop", "ab"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--stop") && err.contains("tokenizer"), "{err}");
-    // --parallel 0
-    let (code, err) = fails(&[&m, "--batch", &b, "--parallel", "0"]);
-    assert_eq!(code, 2, "{err}");
-    assert!(err.contains("--parallel"), "{err}");
+    // --parallel 0, and 2^64-1 (it panicked in the plan's arithmetic)
+    for n in ["0", "18446744073709551615"] {
+        let (code, err) = fails(&[&m, "--batch", &b, "--parallel", n]);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains(&format!("flag `--parallel {n}`: expected 1 to 4096")),
+            "{err}"
+        );
+    }
 }
 
 #[test]
@@ -495,6 +500,58 @@ fn bad_state_files_and_combinations_are_refused() {
     let (code, err) = fails(&[other.to_str().unwrap(), "--load-state", sts, "--gen", "2"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("routed_scaling_factor="), "{err}");
+}
+
+/// Counts that come from a flag or a batch line and are added to a prompt's length: the sum
+/// saturated and was reported as "18446744073709551615 positions"; now a sum past the
+/// counter or past `max_position_embeddings` (1048576 in tiny-k3) is refused naming `--gen`
+/// or the line's `gen` and the range it may take.
+#[test]
+fn gen_sums_are_refused_naming_gen_and_its_range() {
+    let m = tiny();
+    let dir = scratch_dir("generate-cli-gen-sums");
+    let st = dir.join("s.k3");
+    let sts = st.to_str().unwrap();
+    ok(
+        &[&m, "--ids", P, "--gen", "3", "--save-state", sts],
+        "gen-sums-save",
+    );
+    // 7 prompt ids + 3 generated: 10 held, the pending one among them
+    let (code, err) = fails(&[&m, "--load-state", sts, "--gen", "18446744073709551615"]);
+    assert_eq!(code, 2, "{err}");
+    // (refused before the state is read, against max_position_embeddings alone)
+    assert!(
+        err.contains("--gen 18446744073709551615") && err.contains("give --gen from 0 to 1048576"),
+        "{err}"
+    );
+    let (code, err) = fails(&[&m, "--load-state", sts, "--gen", "1048567"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("flag `--gen 1048567`")
+            && err.contains("max_position_embeddings 1048576; give --gen from 0 to 1048566"),
+        "{err}"
+    );
+    let b = write(
+        &dir,
+        "b.jsonl",
+        "{\"ids\": [1, 2, 3], \"gen\": 18446744073709551615}\n\
+         {\"ids\": [1, 2, 3], \"gen\": 1048574}\n",
+    );
+    let o = run_k3([m.as_str(), "--batch", &b, "--quiet"]);
+    assert_eq!(o.status.code(), Some(2));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    for (l, most) in lines.iter().zip(["18446744073709551612", "1048573"]) {
+        let e = l["error"].as_str().unwrap_or_default();
+        assert!(
+            e.contains("key `gen`") && e.contains(&format!("give gen from 0 to {most}")),
+            "{out}"
+        );
+    }
 }
 
 /// A batch's summary counts every sequence's ids (it said "0 generated tokens", "0.00

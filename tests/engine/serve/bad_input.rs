@@ -70,29 +70,33 @@ fn bad_requests_are_refused_naming_the_field() {
         let r = post(&s, chat, &body);
         assert_error(&r, status, Some(param));
     }
-    // below 1 is one message, 0 or negative (-1 said "expected a non-negative integer")
-    for v in [0, -1] {
+    // out of range is one message naming the range and the value, 0 or negative (-1 said
+    // "expected a non-negative integer") or 2^64 and beyond (said "expected at least 1")
+    for v in [json!(0), json!(-1), json!(u64::MAX), json!(1e23)] {
         for (path, k, body) in [
             (
                 "/v1/chat/completions",
                 "max_tokens",
-                with("max_tokens", json!(v)),
+                with("max_tokens", v.clone()),
             ),
             (
                 "/v1/chat/completions",
                 "max_completion_tokens",
-                with("max_completion_tokens", json!(v)),
+                with("max_completion_tokens", v.clone()),
             ),
             (
                 "/v1/completions",
                 "max_tokens",
-                json!({"model": MODEL, "prompt": "x", "max_tokens": v}),
+                json!({"model": MODEL, "prompt": "x", "max_tokens": v.clone()}),
             ),
         ] {
             let e = assert_error(&post(&s, path, &body), 400, Some(k));
             assert_eq!(
                 e["error"]["message"],
-                format!("{k}: expected at least 1"),
+                format!(
+                    "{k}: expected an integer from 1 to 255 (the prompt and the reply share \
+                     this server's --ctx of 256 positions), found {v}"
+                ),
                 "{path} {v}"
             );
         }

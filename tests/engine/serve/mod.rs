@@ -3,6 +3,7 @@
 //! and a slow client (`concurrency`); clients that leave (`disconnect`); the request log
 //! (`log`); startup refusals, loading and the drain (`startup`); UTF-8 in streams (`text`).
 
+mod arithmetic;
 mod bad_input;
 mod concurrency;
 mod disconnect;

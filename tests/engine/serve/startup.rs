@@ -61,7 +61,7 @@ fn parallel_beyond_the_plan_is_exit_3_naming_what_fits() {
         "--ctx",
         "4096",
         "--parallel",
-        "100000",
+        "4096",
     ]);
     assert_eq!(
         o.status.code(),
@@ -71,7 +71,7 @@ fn parallel_beyond_the_plan_is_exit_3_naming_what_fits() {
     );
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(
-        e.contains("--parallel 100000") && e.contains("the largest --parallel that fits is"),
+        e.contains("--parallel 4096") && e.contains("the largest --parallel that fits is"),
         "{e}"
     );
 }
@@ -239,4 +239,60 @@ fn sigint_cancels_requests_past_the_drain_bound_and_exits_0() {
         .unwrap()
         .contains("shutting down"));
     assert_eq!(s.wait_exit(), Some(0));
+    // each cancelled request is logged with the ids it used (it said `500 prompt=0
+    // completion=0`): both had prefilled and decoded for the drain's 300 ms
+    let lines = s.log_lines();
+    let cancelled: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("/v1/chat/completions 500 "))
+        .collect();
+    assert_eq!(cancelled.len(), 2, "{lines:?}");
+    for l in cancelled {
+        let count = |key: &str| -> u64 {
+            let at = l.find(key).unwrap_or_else(|| panic!("{key} in {l}")) + key.len();
+            l[at..].split(' ').next().unwrap().parse().unwrap()
+        };
+        assert!(count(" prompt=") > 0 && count(" completion=") > 0, "{l}");
+    }
+}
+
+/// `--model-id ''` served a model no request could name (every one 404): refused like an
+/// empty key, exit 2 naming the flag.
+#[test]
+fn an_empty_model_id_is_exit_2() {
+    let (code, e) = refused(&["--model-id", ""], &[]);
+    assert_eq!(code, Some(2), "{e}");
+    assert!(e.contains("--model-id") && e.contains("empty"), "{e}");
+}
+
+/// A `--ctx` shorter than the shortest chat request plus one reply id started a server that
+/// refused every chat request: exit 2 at start, naming `--ctx` and the least that serves.
+#[test]
+fn a_ctx_that_holds_no_chat_request_is_exit_2() {
+    let tok = crate::support::tokenizer::tok();
+    let least = k3::serve::api::shortest_chat_prompt(tok).unwrap() + 1;
+    for c in [1, least - 1] {
+        let (code, e) = refused(&["--ctx", &c.to_string()], &[]);
+        assert_eq!(code, Some(2), "{e}");
+        assert!(
+            e.contains(&format!("flag `--ctx {c}`"))
+                && e.contains(&format!("give --ctx {least} or more")),
+            "{e}"
+        );
+    }
+}
+
+/// `--snapshots` and `--parallel` 18446744073709551615: `parallel + snapshots` and the plan's
+/// products of the count overflowed (a panic): refused at the flag, exit 2 naming the range.
+#[test]
+fn sequence_counts_beyond_any_plan_are_exit_2() {
+    for flag in ["--snapshots", "--parallel"] {
+        let (code, e) = refused(&[flag, "18446744073709551615"], &[]);
+        assert_eq!(code, Some(2), "{e}");
+        assert!(
+            e.contains(&format!("flag `{flag} 18446744073709551615`: expected"))
+                && e.contains("to 4096"),
+            "{e}"
+        );
+    }
 }
