@@ -191,6 +191,10 @@ pub(super) struct Sink<'a> {
 /// A block as [`encode_chunk`] leaves it: coded bytes, or None to store it as it is.
 type Coded = Option<Vec<u8>>;
 
+/// A block coded by one of [`encode_chunk`]'s threads: its index in the chunk, what is stored,
+/// and the SHA-256 of what is stored.
+type Numbered = (usize, Coded, [u8; 32]);
+
 /// Writes layer `l`'s run from `src` as blocks into `sink`, the first at `sink.cur` (a
 /// multiple of 4096), each next one at the next multiple of 4096, and returns the blocks
 /// (`sink.cur` ends after the last). A tensor is cut into blocks of [`BLOCK_BYTES`] (its last one shorter);
@@ -277,7 +281,7 @@ fn encode_chunk(
         return Ok((0..n).map(|k| (None, Sha256::digest(raw(k)))).collect());
     }
     let threads = threads.clamp(1, n.max(1));
-    let parts: Vec<Result<Vec<(usize, Coded, [u8; 32])>>> = std::thread::scope(|s| {
+    let parts: Vec<Result<Vec<Numbered>>> = std::thread::scope(|s| {
         s.spawn(|| run.update(data));
         let hs: Vec<_> = (0..threads)
             .map(|w| {

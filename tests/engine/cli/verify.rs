@@ -671,3 +671,19 @@ fn bad_trunk_flags_are_refused_naming_the_flag() {
         "{out}"
     );
 }
+
+#[test]
+fn a_coded_trunk_json_with_a_block_sum_missing_is_refused_naming_the_key() {
+    let model = fixture("tiny-k3");
+    let trunk = packed(&model, "verify_trunk_block_sums", true);
+    let mut j = layout(&trunk);
+    j["layers"][3]["block_sha256"].as_array_mut().unwrap().pop();
+    std::fs::write(trunk.join("trunk.json"), j.to_string()).unwrap();
+    let (code, _, err) = k3(&["verify", "--trunk", s(&trunk)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("trunk.json: layer 3: `block_sha256`: ")
+            && err.contains("expected one per block"),
+        "{err}"
+    );
+}
