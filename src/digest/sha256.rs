@@ -214,4 +214,21 @@ mod tests {
             assert_eq!(h.finish(), whole, "chunk size {split}");
         }
     }
+
+    #[test]
+    fn hex_round_trips_and_refuses_what_is_not_64_hex_digits() {
+        let d = Sha256::digest(b"abc");
+        assert_eq!(from_hex(&to_hex(&d)), Some(d));
+        assert_eq!(from_hex(&to_hex(&d).to_ascii_uppercase()), Some(d));
+        for bad in [
+            "",
+            "ab",
+            &"g".repeat(64),
+            &"a".repeat(63),
+            &"a".repeat(65),
+            &"é".repeat(32),
+        ] {
+            assert_eq!(from_hex(bad), None, "{bad}");
+        }
+    }
 }
