@@ -25,6 +25,7 @@ usage:
   k3 <model_dir> [options]          run: prompt in, tokens out (also `k3 run <model_dir>`);
                                     flags may come before or after <model_dir>
   k3 verify <model_dir> [--sums F]  check a download: headers, sizes, census, SHA-256
+  k3 verify --trunk DIR [--against MODEL_DIR]   check every byte of a packed trunk
   k3 inspect <model_dir> [--json]   config summary, layer map, tensor census, byte ledger
   k3 tokenize --tok DIR [--special] (--text T | --file F)
   k3 detokenize --tok DIR --ids 1,2,3

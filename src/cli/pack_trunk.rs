@@ -174,9 +174,17 @@ fn replacing_line(out_dir: &std::path::Path, new: &PackedTrunk) -> Option<String
     if !path.exists() {
         return None;
     }
+    // The sums are of the bytes, not the layout (a plan has none yet).
     let old = std::fs::read(&path)
         .ok()
-        .and_then(|b| PackedTrunk::parse(&b, &path).ok());
+        .and_then(|b| PackedTrunk::parse(&b, &path).ok())
+        .map(|mut t| {
+            for l in &mut t.layers {
+                l.sha256 = None;
+                l.block_sha256.clear();
+            }
+            t
+        });
     let what = match old {
         Some(old) if old == *new => "of this model's layout".to_string(),
         Some(old) => format!(

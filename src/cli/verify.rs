@@ -12,6 +12,9 @@
 //! With `--write-sums`: the SHA-256 of every file in the directory, written in `sha256sum`
 //! format (atomically, like every output), never over a file verify reads or lists (io::out).
 //!
+//! With `--trunk DIR [--against MODEL_DIR]`: a packed trunk's every byte, against the SHA-256
+//! sums of its `trunk.json` and the shards (`stream::pack::verify`).
+//!
 //! Exit 0 when everything checks; exit 2 for a damaged, missing or mismatching file (the data
 //! on disk is invalid input; the message says which one file to download again); exit 4 for a
 //! read error.
@@ -23,15 +26,22 @@ use crate::config::Config;
 use crate::digest::sha256::{to_hex, Sha256};
 use crate::error::{Error, Result};
 use crate::io::{IoFile, OutFile};
+use crate::stream::pack::{has_sums, LayerChecked, PackedTrunk, TRUNK_JSON};
 use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-pub(crate) const SPECS: [Spec; 2] = [Spec::Value("sums"), Spec::Value("write-sums")];
+pub(crate) const SPECS: [Spec; 4] = [
+    Spec::Value("sums"),
+    Spec::Value("write-sums"),
+    Spec::Value("trunk"),
+    Spec::Value("against"),
+];
 
 const USAGE: &str = "\
 usage: k3 verify <model_dir> [--sums FILE | --write-sums FILE]
+       k3 verify --trunk DIR [--against MODEL_DIR]
   Checks a downloaded checkpoint: the config, every shard's header and bounds, the tensor
   census (a missing shard that holds a needed tensor is named), and the tensor bytes against
   the index's total_size. Exit 0 when all is well, 2 naming the damaged or missing file.
@@ -40,6 +50,13 @@ usage: k3 verify <model_dir> [--sums FILE | --write-sums FILE]
                      listed file's SHA-256 is computed and compared (progress on stderr)
   --write-sums FILE  write the SHA-256 of every file in <model_dir> in sha256sum format
                      (after a download you trust; `sha256sum -c FILE` accepts it too)
+  --trunk DIR        check every byte of the packed trunk in DIR (k3 pack-trunk): each layer's
+                     run (a coded run decoded, each block too) against the SHA-256 recorded in
+                     DIR/trunk.json (progress on stderr); exit 2 naming the file, layer and
+                     offset of the first mismatch. Opening a trunk checks only each run's edges
+  --against MODEL_DIR  with --trunk: also compare every run byte for byte with the shards of
+                     MODEL_DIR it was packed from; required for a trunk.json without sums
+                     (packed by an older k3), which is then checked against the shards only
   See docs/verify.md.
 ";
 
@@ -53,6 +70,14 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     let Some(args) = Args::parse_or_help(argv, &SPECS, USAGE)? else {
         return Ok(());
     };
+    if let Some(trunk) = args.value_os("trunk") {
+        return run_trunk(&args, PathBuf::from(trunk));
+    }
+    if args.value_os("against").is_some() {
+        return Err(Error::invalid(
+            "verify: flag `--against`: only with --trunk DIR (the model directory a packed trunk is compared with)",
+        ));
+    }
     let dir = args.model_dir("verify", "see k3 verify -h")?;
     let sums = args.value_os("sums").map(PathBuf::from);
     let write = args.value_os("write-sums").map(PathBuf::from);
@@ -98,6 +123,102 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         out.commit()?;
         let _ = writeln!(text, "wrote {path}");
     }
+    crate::cli::write_stdout(text.as_bytes())
+}
+
+/// `k3 verify --trunk DIR [--against MODEL_DIR]`: every byte of a packed trunk against the
+/// sums of its `trunk.json` and, with `--against`, the shards (stream::pack::verify).
+fn run_trunk(args: &Args, dir: PathBuf) -> Result<()> {
+    for flag in ["sums", "write-sums"] {
+        if args.value_os(flag).is_some() {
+            return Err(Error::invalid(format!(
+                "verify: flag `--{flag}`: not with --trunk (it checks a model directory's files; run it as `k3 verify MODEL_DIR --{flag} FILE`)"
+            )));
+        }
+    }
+    if let Some(p) = args.positional.first() {
+        return Err(Error::invalid(format!(
+            "verify --trunk: unexpected argument `{}`: give the model directory to compare the trunk with as --against MODEL_DIR",
+            p.to_string_lossy()
+        )));
+    }
+    let against = args.value_os("against").map(PathBuf::from);
+    let model = match &against {
+        Some(m) => {
+            if !m.is_dir() {
+                return Err(Error::invalid(format!(
+                    "flag `--against`: {} is not a model directory",
+                    m.display()
+                )));
+            }
+            let cfg = Config::from_file(&m.join("config.json"))?;
+            Some((cfg, TensorIndex::open(m)?))
+        }
+        None => None,
+    };
+    let (trunk, bin) = match &model {
+        Some((cfg, index)) => PackedTrunk::open(&dir, cfg, index)?,
+        None => PackedTrunk::open_alone(&dir)?,
+    };
+    let json = dir.join(TRUNK_JSON);
+    let sums = has_sums(&trunk);
+    let mut text = String::new();
+    match (&against, sums) {
+        (None, false) => {
+            return Err(Error::invalid(format!(
+                "{}: no SHA-256 sums (packed by a k3 pack-trunk that did not record them): give --against MODEL_DIR to verify the trunk against the shards it was packed from, or pack it again",
+                json.display()
+            )))
+        }
+        (Some(m), false) => {
+            let line = format!(
+                "note: {}: no SHA-256 sums (packed by a k3 pack-trunk that did not record them): verifying against the shards of {} only; pack the trunk again to record them",
+                json.display(),
+                m.display()
+            );
+            crate::sayln!("{line}");
+            text += &line;
+            text.push('\n');
+        }
+        _ => {}
+    }
+    let show = |c: &LayerChecked| {
+        crate::sayln!(
+            "[{}/{}] layer {}: {} bytes, {}",
+            c.done,
+            c.layers,
+            c.layer,
+            c.run_bytes,
+            rate(c.run_bytes, c.seconds)
+        );
+    };
+    let v = crate::stream::pack::verify(&trunk, &bin, model.as_ref().map(|m| &m.1), &show)?;
+    let what = match (&against, v.sums) {
+        (Some(m), true) => format!(
+            "every run matches its SHA-256 in trunk.json and the shards of {} byte for byte",
+            m.display()
+        ),
+        (Some(m), false) => format!(
+            "every run equals the shards of {} byte for byte",
+            m.display()
+        ),
+        (None, _) => "every run matches its SHA-256 in trunk.json".to_string(),
+    };
+    let coded = match &trunk.codec {
+        Some(c) => format!(
+            " ({c}: {} bytes of trunk.bin read and decoded)",
+            v.bin_bytes
+        ),
+        None => String::new(),
+    };
+    let _ = writeln!(
+        text,
+        "{}: {} layers, {} run bytes{coded}: {what}",
+        dir.display(),
+        v.layers,
+        v.run_bytes
+    );
+    let _ = writeln!(text, "trunk: {}", throughput(v.run_bytes, v.seconds));
     crate::cli::write_stdout(text.as_bytes())
 }
 

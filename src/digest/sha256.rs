@@ -114,6 +114,20 @@ pub fn to_hex(d: &[u8; 32]) -> String {
     s
 }
 
+/// The digest written as 64 hex digits (either case), or None for anything else.
+pub fn from_hex(s: &str) -> Option<[u8; 32]> {
+    let b = s.as_bytes();
+    if b.len() != 64 {
+        return None;
+    }
+    let nib = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let mut d = [0u8; 32];
+    for (i, out) in d.iter_mut().enumerate() {
+        *out = (nib(b[2 * i])? << 4) | nib(b[2 * i + 1])?;
+    }
+    Some(d)
+}
+
 /// One block of the compression function (FIPS 180-4 §6.2.2).
 fn compress(state: &mut [u32; 8], block: &[u8; 64]) {
     let mut w = [0u32; 64];
@@ -198,6 +212,23 @@ mod tests {
                 h.update(c);
             }
             assert_eq!(h.finish(), whole, "chunk size {split}");
+        }
+    }
+
+    #[test]
+    fn hex_round_trips_and_refuses_what_is_not_64_hex_digits() {
+        let d = Sha256::digest(b"abc");
+        assert_eq!(from_hex(&to_hex(&d)), Some(d));
+        assert_eq!(from_hex(&to_hex(&d).to_ascii_uppercase()), Some(d));
+        for bad in [
+            "",
+            "ab",
+            &"g".repeat(64),
+            &"a".repeat(63),
+            &"a".repeat(65),
+            &"é".repeat(32),
+        ] {
+            assert_eq!(from_hex(bad), None, "{bad}");
         }
     }
 }

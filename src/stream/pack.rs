@@ -13,6 +13,7 @@
 use crate::catalogue::{layer_suffixes, layer_tensor_name};
 use crate::checkpoint::TensorIndex;
 use crate::config::Config;
+use crate::digest::sha256::{from_hex, to_hex};
 use crate::error::{Error, Result};
 use crate::io::ALIGN;
 use crate::json::{self, Object, Value};
@@ -22,7 +23,9 @@ use std::path::Path;
 
 mod coded;
 mod validate;
+mod verify;
 mod write;
+pub use verify::{has_sums, verify, Against, LayerChecked, Verified};
 pub use write::{check_out_dir, pack, Codec, PackProgress, PackSummary};
 
 /// File name of the packed runs.
@@ -69,6 +72,13 @@ pub struct PackedLayer {
     /// With a codec: the run's blocks in run order (docs/formats.md, "Packed trunk with a
     /// codec"); empty without one.
     pub blocks: Vec<CodedBlock>,
+    /// SHA-256 of the run's bytes as they lie in the shard (`run_len` bytes; for a coded run,
+    /// the decoded bytes): `sha256` in `trunk.json`, written by `k3 pack-trunk` and checked by
+    /// `k3 verify --trunk`. None in a manifest written before the sums (or by another tool).
+    pub sha256: Option<[u8; 32]>,
+    /// With a codec: SHA-256 of each block's stored bytes in `trunk.bin` (`clen` bytes at
+    /// `off`), one per entry of `blocks` (`block_sha256`); empty when absent.
+    pub block_sha256: Vec<[u8; 32]>,
 }
 
 impl PackedLayer {
@@ -195,6 +205,8 @@ impl PackedTrunk {
                     })
                     .collect(),
                 blocks: Vec::new(),
+                sha256: None,
+                block_sha256: Vec::new(),
             });
         }
         Ok(PackedTrunk {
@@ -250,6 +262,19 @@ impl PackedTrunk {
                         .map(|b| Value::from(vec![b.start, b.len, b.off, b.clen]))
                         .collect();
                     o.insert("blocks".to_string(), Value::Array(blocks));
+                }
+                // The sums are members of their own, so a reader that predates them (and
+                // ignores unknown members, FORMATS.md §7) reads the layout unchanged.
+                if let Some(d) = &l.sha256 {
+                    o.insert("sha256".to_string(), Value::from(to_hex(d)));
+                }
+                if !l.block_sha256.is_empty() {
+                    let sums: Vec<Value> = l
+                        .block_sha256
+                        .iter()
+                        .map(|d| Value::from(to_hex(d)))
+                        .collect();
+                    o.insert("block_sha256".to_string(), Value::Array(sums));
                 }
                 o.into()
             })
@@ -379,6 +404,23 @@ impl PackedTrunk {
                 (None, _) => Vec::new(),
                 (Some(_), b) => parse_blocks(b, &format!("{p}: {at}`blocks`"))?,
             };
+            let sha256 = match lo.get("sha256") {
+                None => None,
+                Some(v) => Some(parse_sum(v, &format!("{p}: {at}`sha256`"))?),
+            };
+            let block_sha256 = match lo.get("block_sha256") {
+                None => Vec::new(),
+                Some(v) => {
+                    let at = format!("{p}: {at}`block_sha256`");
+                    let arr = v.as_array().ok_or_else(|| {
+                        Error::invalid(format!("{at}: expected an array of SHA-256 hex strings"))
+                    })?;
+                    arr.iter()
+                        .enumerate()
+                        .map(|(i, v)| parse_sum(v, &format!("{at}[{i}]")))
+                        .collect::<Result<Vec<_>>>()?
+                }
+            };
             layers.push(PackedLayer {
                 layer,
                 shard,
@@ -387,6 +429,8 @@ impl PackedTrunk {
                 file_off,
                 tensors,
                 blocks,
+                sha256,
+                block_sha256,
             });
         }
         Ok(PackedTrunk {
@@ -396,6 +440,15 @@ impl PackedTrunk {
             codec,
         })
     }
+}
+
+/// A SHA-256 member: 64 hex digits. Errors (exit 2) name `at`.
+fn parse_sum(v: &Value, at: &str) -> Result<[u8; 32]> {
+    v.as_str().and_then(from_hex).ok_or_else(|| {
+        Error::invalid(format!(
+            "{at}: expected a SHA-256 as 64 hex digits; trunk.json is damaged: pack the trunk again"
+        ))
+    })
 }
 
 /// A layer's `blocks`: an array of `[start, len, off, clen]` arrays of non-negative integers.

@@ -5,6 +5,7 @@
 //! block decoded and compared with the shard.
 
 use super::{PackedLayer, COPY_CHUNK};
+use crate::digest::sha256::Sha256;
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, IoFile, ALIGN};
 use crate::safetensors::Dtype;
@@ -16,7 +17,8 @@ use std::os::unix::fs::FileExt;
 /// `align`): they tile the run from byte 0 to its end, each inside one tensor, at most
 /// [`MAX_BLOCK_BYTES`], stored (`clen = len`) or coded (fewer bytes, a BF16 tensor, even
 /// length), at aligned ascending offsets that do not overlap, inside the layer's
-/// `[file_off, file_off + nbytes)` and inside `trunk.bin`.
+/// `[file_off, file_off + nbytes)` and inside `trunk.bin`; `block_sha256`, when present, holds
+/// one sum per block.
 ///
 /// Errors (exit 2) name the layer (`lp`), the block and what is wrong.
 pub(super) fn check_blocks(l: &PackedLayer, align: u64, bin_len: u64, lp: &str) -> Result<()> {
@@ -111,6 +113,13 @@ pub(super) fn check_blocks(l: &PackedLayer, align: u64, bin_len: u64, lp: &str) 
             l.file_off, l.blocks[0].off
         )));
     }
+    if !l.block_sha256.is_empty() && l.block_sha256.len() != l.blocks.len() {
+        return Err(Error::invalid(format!(
+            "{lp}: `block_sha256`: {} sums for {} blocks: expected one per block; pack the trunk again",
+            l.block_sha256.len(),
+            l.blocks.len()
+        )));
+    }
     Ok(())
 }
 
@@ -182,11 +191,18 @@ pub(super) struct Sink<'a> {
 /// A block as [`encode_chunk`] leaves it: coded bytes, or None to store it as it is.
 type Coded = Option<Vec<u8>>;
 
+/// A block coded by one of [`encode_chunk`]'s threads: its index in the chunk, what is stored,
+/// and the SHA-256 of what is stored.
+type Numbered = (usize, Coded, [u8; 32]);
+
 /// Writes layer `l`'s run from `src` as blocks into `sink`, the first at `sink.cur` (a
 /// multiple of 4096), each next one at the next multiple of 4096, and returns the blocks
 /// (`sink.cur` ends after the last). A tensor is cut into blocks of [`BLOCK_BYTES`] (its last one shorter);
 /// BF16 blocks are coded on `threads` threads when that makes them smaller, each decoded again
 /// and compared with its source before it is written; F32 blocks are stored.
+///
+/// Also returns the SHA-256 of the run's raw bytes and of each block's stored bytes (the
+/// `sha256` and `block_sha256` of `trunk.json`), hashed while the blocks are coded.
 ///
 /// Errors: a read failure (exit 4 naming the shard and offset); a coded block that does not
 /// decode to its source (exit 1: a bug in the codec, never written); a write failure or a full
@@ -198,8 +214,10 @@ pub(super) fn write_layer(
     buf: &mut AlignedBuf,
     threads: usize,
     told: Told<'_>,
-) -> Result<Vec<CodedBlock>> {
+) -> Result<WrittenLayer> {
     let mut blocks = Vec::new();
+    let mut block_sha256 = Vec::new();
+    let mut run = Sha256::new();
     for t in &l.tensors {
         let mut rel = 0u64;
         while rel < t.nbytes {
@@ -208,10 +226,11 @@ pub(super) fn write_layer(
             let n = ((t.nbytes - rel) as usize).min(COPY_CHUNK);
             let r = src.read_window(l.run_start + t.off + rel, n, buf)?;
             let data = &buf[r.pad..r.pad + n];
-            let coded = encode_chunk(data, t.dtype == Dtype::BF16, threads)?;
-            for (k, c) in coded.iter().enumerate() {
+            let coded = encode_chunk(data, t.dtype == Dtype::BF16, threads, &mut run)?;
+            for (k, (c, sum)) in coded.iter().enumerate() {
                 let raw = &data[k * BLOCK_BYTES..((k + 1) * BLOCK_BYTES).min(n)];
                 let bytes = c.as_deref().unwrap_or(raw);
+                block_sha256.push(*sum);
                 let at = sink.cur;
                 sink.out
                     .write_all_at(bytes, at)
@@ -228,19 +247,42 @@ pub(super) fn write_layer(
             told(n as u64);
         }
     }
-    Ok(blocks)
+    Ok(WrittenLayer {
+        blocks,
+        sha256: run.finish(),
+        block_sha256,
+    })
+}
+
+/// What [`write_layer`] wrote for a layer.
+pub(super) struct WrittenLayer {
+    /// The blocks, in run order.
+    pub(super) blocks: Vec<CodedBlock>,
+    /// SHA-256 of the run's raw bytes.
+    pub(super) sha256: [u8; 32],
+    /// SHA-256 of each block's stored bytes.
+    pub(super) block_sha256: Vec<[u8; 32]>,
 }
 
 /// `data` cut into blocks of [`BLOCK_BYTES`], each coded (`Some`) when `bf16` and coding makes
-/// it smaller, else None (stored); `threads` threads take every `threads`-th block. Each coded
-/// block is decoded again and must give its source back.
-fn encode_chunk(data: &[u8], bf16: bool, threads: usize) -> Result<Vec<Coded>> {
+/// it smaller, else None (stored), with the SHA-256 of what is stored; `threads` threads take
+/// every `threads`-th block. Each coded block is decoded again and must give its source back.
+/// `run` is fed `data` meanwhile, on a thread of its own (hashing is as slow as coding).
+fn encode_chunk(
+    data: &[u8],
+    bf16: bool,
+    threads: usize,
+    run: &mut Sha256,
+) -> Result<Vec<(Coded, [u8; 32])>> {
     let n = data.len().div_ceil(BLOCK_BYTES);
+    let raw = |k: usize| &data[k * BLOCK_BYTES..((k + 1) * BLOCK_BYTES).min(data.len())];
     if !bf16 {
-        return Ok(vec![None; n]);
+        run.update(data);
+        return Ok((0..n).map(|k| (None, Sha256::digest(raw(k)))).collect());
     }
     let threads = threads.clamp(1, n.max(1));
-    let parts: Vec<Result<Vec<(usize, Coded)>>> = std::thread::scope(|s| {
+    let parts: Vec<Result<Vec<Numbered>>> = std::thread::scope(|s| {
+        s.spawn(|| run.update(data));
         let hs: Vec<_> = (0..threads)
             .map(|w| {
                 s.spawn(move || {
@@ -251,7 +293,7 @@ fn encode_chunk(data: &[u8], bf16: bool, threads: usize) -> Result<Vec<Coded>> {
                         let raw = &data[k * BLOCK_BYTES..((k + 1) * BLOCK_BYTES).min(data.len())];
                         let mut enc = Vec::new();
                         if !encode_bf16(raw, &mut enc) {
-                            got.push((k, None));
+                            got.push((k, None, Sha256::digest(raw)));
                             continue;
                         }
                         let back = &mut back[..raw.len()];
@@ -261,7 +303,8 @@ fn encode_chunk(data: &[u8], bf16: bool, threads: usize) -> Result<Vec<Coded>> {
                                 data.len()
                             )));
                         }
-                        got.push((k, Some(enc)));
+                        let sum = Sha256::digest(&enc);
+                        got.push((k, Some(enc), sum));
                     }
                     Ok(got)
                 })
@@ -274,10 +317,10 @@ fn encode_chunk(data: &[u8], bf16: bool, threads: usize) -> Result<Vec<Coded>> {
             })
             .collect()
     });
-    let mut out = vec![None; n];
+    let mut out = vec![(None, [0u8; 32]); n];
     for p in parts {
-        for (k, c) in p? {
-            out[k] = c;
+        for (k, c, sum) in p? {
+            out[k] = (c, sum);
         }
     }
     Ok(out)

@@ -20,24 +20,23 @@ impl PackedTrunk {
     ///
     /// Errors (exit 2, before the run) name the file, layer, tensor or key and what differs.
     pub fn open(dir: &Path, cfg: &Config, index: &TensorIndex) -> Result<(PackedTrunk, IoFile)> {
-        let jpath = dir.join(TRUNK_JSON);
-        let bpath = dir.join(TRUNK_BIN);
-        if !dir.is_dir() {
-            return Err(Error::invalid(format!(
-                "flag `--trunk`: {} is not a directory",
-                dir.display()
-            )));
-        }
-        let text = std::fs::read(&jpath).map_err(|e| {
-            Error::invalid(format!(
-                "{}: cannot read the packed trunk layout: {e} (write one with `k3 pack-trunk <model_dir> {}`)",
-                jpath.display(),
-                dir.display()
-            ))
-        })?;
-        let mut t = PackedTrunk::parse(&text, &jpath)?;
-        let bin = IoFile::open(&bpath)?;
+        let (mut t, bin, jpath) = read(dir)?;
         t.validate(cfg, index, &bin, &jpath)?;
+        Ok((t, bin))
+    }
+
+    /// Opens the packed trunk in `dir` without its model (`k3 verify --trunk` without
+    /// `--against`): parses `trunk.json`, opens `trunk.bin` and validates what needs no model —
+    /// every layer of `n_layers` exactly once, aligned non-overlapping runs (and blocks) inside
+    /// `trunk.bin`. Layers come back in ascending order.
+    ///
+    /// Errors (exit 2) as for [`PackedTrunk::open`].
+    pub fn open_alone(dir: &Path) -> Result<(PackedTrunk, IoFile)> {
+        let (mut t, bin, jpath) = read(dir)?;
+        let p = jpath.display();
+        check_layer_set(&t.layers, t.n_layers, &p)?;
+        t.layers.sort_unstable_by_key(|l| l.layer);
+        t.check_runs(&bin, &p)?;
         Ok((t, bin))
     }
 
@@ -128,6 +127,30 @@ impl PackedTrunk {
         }
         Ok(())
     }
+}
+
+/// `dir`'s `trunk.json` parsed, `trunk.bin` opened, and the layout's path. Errors (exit 2):
+/// `dir` is not a directory (naming `--trunk`), `trunk.json` is unreadable or malformed;
+/// `trunk.bin` missing.
+fn read(dir: &Path) -> Result<(PackedTrunk, IoFile, std::path::PathBuf)> {
+    let jpath = dir.join(TRUNK_JSON);
+    let bpath = dir.join(TRUNK_BIN);
+    if !dir.is_dir() {
+        return Err(Error::invalid(format!(
+            "flag `--trunk`: {} is not a directory",
+            dir.display()
+        )));
+    }
+    let text = std::fs::read(&jpath).map_err(|e| {
+        Error::invalid(format!(
+            "{}: cannot read the packed trunk layout: {e} (write one with `k3 pack-trunk <model_dir> {}`)",
+            jpath.display(),
+            dir.display()
+        ))
+    })?;
+    let t = PackedTrunk::parse(&text, &jpath)?;
+    let bin = IoFile::open(&bpath)?;
+    Ok((t, bin, jpath))
 }
 
 /// Every layer `0..nl` exactly once (FORMATS.md §7.3). Errors (exit 2): a layer that does not

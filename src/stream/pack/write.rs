@@ -4,6 +4,7 @@
 use super::{PackedTrunk, COPY_CHUNK, FLUSH_EVERY, TRUNK_BIN, TRUNK_JSON};
 use crate::checkpoint::TensorIndex;
 use crate::config::Config;
+use crate::digest::sha256::Sha256;
 use crate::error::{Error, Result};
 use crate::io::out::{is_disk_full, TMP_SUFFIX};
 use crate::io::{AlignedBuf, IoFile, ALIGN};
@@ -214,7 +215,9 @@ fn write_files(
         };
         match codec {
             None => {
-                direct &= copy_run(src, l, &out, &mut buf, &mut flush, bin_tmp, &mut told)?;
+                let (d, sum) = copy_run(src, l, &out, &mut buf, &mut flush, bin_tmp, &mut told)?;
+                direct &= d;
+                trunk.layers[li].sha256 = Some(sum);
             }
             Some(c) => {
                 let mut rel = 0u64;
@@ -225,17 +228,19 @@ fn write_files(
                     cur,
                     error: &error,
                 };
-                let blocks =
+                let w =
                     super::coded::write_layer(src, l, &mut sink, &mut buf, c.threads, &mut |n| {
                         rel += n;
                         told(n, rel)
                     })?;
                 cur = sink.cur;
                 let l = &mut trunk.layers[li];
-                l.file_off = blocks.first().map_or(cur, |b| b.off);
-                let end = blocks.last().map_or(cur, |b| b.off + b.clen);
+                l.file_off = w.blocks.first().map_or(cur, |b| b.off);
+                let end = w.blocks.last().map_or(cur, |b| b.off + b.clen);
                 l.nbytes = (end - l.file_off).div_ceil(ALIGN as u64) * ALIGN as u64;
-                l.blocks = blocks;
+                l.blocks = w.blocks;
+                l.sha256 = Some(w.sha256);
+                l.block_sha256 = w.block_sha256;
                 flush.written(&out, bin_tmp, cur, run_len)?;
             }
         }
@@ -306,7 +311,8 @@ impl Flush {
 
 /// Copies layer `l`'s run from `src` to its `file_off` in `out` as it lies in the shard, in
 /// direct reads of [`COPY_CHUNK`]; `told(n, rel)` after each chunk. Returns whether every read
-/// was direct.
+/// was direct, and the run's SHA-256 (`sha256` of `trunk.json`), hashed from the bytes read
+/// while they are written.
 fn copy_run(
     src: &IoFile,
     l: &super::PackedLayer,
@@ -315,20 +321,27 @@ fn copy_run(
     flush: &mut Flush,
     path: &Path,
     told: &mut dyn FnMut(u64, u64),
-) -> Result<bool> {
+) -> Result<(bool, [u8; 32])> {
     let run_len = l.run_len();
     let mut direct = true;
     let mut rel = 0u64;
+    let mut sha = Sha256::new();
     while rel < run_len {
         let n = ((run_len - rel) as usize).min(COPY_CHUNK);
         let r = src.read_window(l.run_start + rel, n, buf)?;
         direct &= r.direct;
         let at = l.file_off + rel;
-        out.write_all_at(&buf[r.pad..r.pad + n], at)
-            .map_err(|e| write_error(path, &format!("write at offset {at} failed"), e))?;
+        let data = &buf[r.pad..r.pad + n];
+        // The hash on a thread of its own while the chunk is written: one core hashes at a
+        // few hundred MB/s, slower than a fast disk.
+        std::thread::scope(|s| {
+            s.spawn(|| sha.update(data));
+            out.write_all_at(data, at)
+                .map_err(|e| write_error(path, &format!("write at offset {at} failed"), e))
+        })?;
         rel += n as u64;
         flush.written(out, path, at + n as u64, n as u64)?;
         told(n as u64, rel);
     }
-    Ok(direct)
+    Ok((direct, sha.finish()))
 }

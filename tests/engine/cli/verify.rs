@@ -386,3 +386,304 @@ fn duplicate_and_escaped_sums_lines() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("sha256: 11 files match"), "{out}");
 }
+
+// --- `k3 verify --trunk DIR [--against MODEL_DIR]`: every byte of a packed trunk ---
+
+/// Packs `model` into a fresh scratch directory `name` (with the codec when `coded`).
+fn packed(model: &Path, name: &str, coded: bool) -> std::path::PathBuf {
+    let out = scratch_dir(name).join("trunk");
+    let mut args = vec!["pack-trunk", s(model), s(&out), "--quiet"];
+    if coded {
+        args.extend(["--codec", "bf16-huffman"]);
+    }
+    let (code, _, err) = k3(&args);
+    assert_eq!(code, 0, "{err}");
+    out
+}
+
+/// `trunk.json` of `trunk` as JSON.
+fn layout(trunk: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(trunk.join("trunk.json")).unwrap()).unwrap()
+}
+
+/// XORs byte `at` of `path` with 0x10.
+fn flip(path: &Path, at: u64) {
+    let mut b = std::fs::read(path).unwrap();
+    b[at as usize] ^= 0x10;
+    std::fs::write(path, b).unwrap();
+}
+
+/// Layer 5's `(file_off, run_start, shard, run length)` in `trunk.json`.
+fn layer5(trunk: &Path) -> (u64, u64, String, u64) {
+    let j = layout(trunk);
+    let l = &j["layers"][5];
+    let run_len = l["tensors"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|t| t["off"].as_u64().unwrap() + t["nbytes"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    (
+        l["file_off"].as_u64().unwrap(),
+        l["run_start"].as_u64().unwrap(),
+        l["shard"].as_str().unwrap().to_string(),
+        run_len,
+    )
+}
+
+/// `trunk.json` rewritten without its sums, as a k3 before them wrote it.
+fn strip_sums(trunk: &Path) {
+    let mut j = layout(trunk);
+    for l in j["layers"].as_array_mut().unwrap() {
+        let o = l.as_object_mut().unwrap();
+        o.remove("sha256");
+        o.remove("block_sha256");
+    }
+    std::fs::write(trunk.join("trunk.json"), j.to_string()).unwrap();
+}
+
+#[test]
+fn a_clean_packed_trunk_matches_its_sums_and_the_shards() {
+    let model = fixture("tiny-k3");
+    for coded in [false, true] {
+        let trunk = packed(&model, &format!("verify_trunk_clean_{coded}"), coded);
+        let (code, out, err) = k3(&["verify", "--trunk", s(&trunk)]);
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            out.contains("13 layers") && out.contains("every run matches its SHA-256"),
+            "{out}"
+        );
+        // progress with throughput on stderr, the total on stdout
+        assert!(
+            err.contains("[13/13] layer ") && err.contains("MB/s"),
+            "{err}"
+        );
+        assert!(out.contains("trunk: ") && out.contains(" GB in "), "{out}");
+        if coded {
+            assert!(out.contains("bf16-huffman"), "{out}");
+        }
+        let (code, out, err) = k3(&["verify", "--trunk", s(&trunk), "--against", s(&model)]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("and the shards of"), "{out}");
+    }
+}
+
+#[test]
+fn a_byte_flipped_in_the_middle_of_a_plain_run_names_the_layer_and_offset() {
+    let model = fixture("tiny-k3");
+    let trunk = packed(&model, "verify_trunk_flip", false);
+    let (file_off, run_start, shard, run_len) = layer5(&trunk);
+    // Far from the 4 KiB edges that opening a trunk checks: a run still opens and computes.
+    let rel = run_len / 2;
+    assert!(rel > 4096 && rel + 4096 < run_len);
+    flip(&trunk.join("trunk.bin"), file_off + rel);
+    let run = k3(&[
+        s(&model),
+        "--trunk",
+        s(&trunk),
+        "--ids",
+        "1,2",
+        "--gen",
+        "1",
+    ]);
+    assert_eq!(run.0, 0, "opening checks only the edges: {}", run.2);
+    let (code, _, err) = k3(&["verify", "--trunk", s(&trunk)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("trunk.bin: layer 5: the run")
+            && err.contains(&format!("trunk.bin offsets {file_off}.."))
+            && err.contains("does not match its SHA-256"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("[13/13]"),
+        "stops at the damaged layer: {err}"
+    );
+    // With the shards, the first differing byte itself.
+    let (code, _, err) = k3(&["verify", "--trunk", s(&trunk), "--against", s(&model)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!(
+            "layer 5: trunk.bin offset {} (run byte {rel}, tensor language_model.model.layers.5.",
+            file_off + rel
+        )) && err.contains(&format!(
+            "differs from {shard} (offset {})",
+            run_start + rel
+        )) && err.contains("trunk.bin is damaged"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_byte_flipped_in_a_coded_block_names_the_layer_block_and_offset() {
+    let model = fixture("tiny-k3");
+    let trunk = packed(&model, "verify_trunk_coded_flip", true);
+    let j = layout(&trunk);
+    let blocks = j["layers"][5]["blocks"].as_array().unwrap();
+    // the largest coded block ([start, len, off, clen], clen < len)
+    let b: Vec<u64> = blocks
+        .iter()
+        .map(|b| {
+            let v: Vec<u64> = b
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap())
+                .collect();
+            v
+        })
+        .filter(|b| b[3] < b[1])
+        .max_by_key(|b| b[1])
+        .expect("a coded block in layer 5");
+    assert!(b[1] > 4096, "{b:?}");
+    // a sign/mantissa byte: the block still decodes, only the sum sees it
+    flip(&trunk.join("trunk.bin"), b[2] + 172 + 10);
+    let (code, _, err) = k3(&["verify", "--trunk", s(&trunk)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("trunk.bin: layer 5: block ")
+            && err.contains(&format!("at trunk.bin offset {}", b[2]))
+            && err.contains(&format!("run bytes {}..{}", b[0], b[0] + b[1]))
+            && err.contains("does not match its SHA-256"),
+        "{err}"
+    );
+}
+
+#[test]
+fn against_a_shard_whose_byte_differs_names_the_shard() {
+    let model = copy_checkpoint("tiny-k3", "verify_trunk_shard_ckpt");
+    for coded in [false, true] {
+        let trunk = packed(&model, &format!("verify_trunk_shard_{coded}"), coded);
+        let (_, run_start, shard, run_len) = layer5(&trunk);
+        let at = run_start + run_len / 2;
+        flip(&model.join(&shard), at);
+        let (code, _, err) = k3(&["verify", "--trunk", s(&trunk), "--against", s(&model)]);
+        flip(&model.join(&shard), at); // back, for the next round
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains(&format!("{shard}: byte at offset {at} (tensor ")),
+            "{err}"
+        );
+        assert!(
+            err.contains("layer 5")
+                && err.contains("matches its SHA-256 in trunk.json")
+                && err.contains("the shard changed"),
+            "{err}"
+        );
+        // the trunk alone is fine
+        let (code, _, err) = k3(&["verify", "--trunk", s(&trunk)]);
+        assert_eq!(code, 0, "{err}");
+    }
+}
+
+#[test]
+fn an_old_manifest_without_sums_is_verified_against_the_shards_and_says_so() {
+    let model = fixture("tiny-k3");
+    for coded in [false, true] {
+        let trunk = packed(&model, &format!("verify_trunk_old_{coded}"), coded);
+        strip_sums(&trunk);
+        let (code, _, err) = k3(&["verify", "--trunk", s(&trunk)]);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains("trunk.json: no SHA-256 sums") && err.contains("give --against MODEL_DIR"),
+            "{err}"
+        );
+        let (code, out, err) = k3(&["verify", "--trunk", s(&trunk), "--against", s(&model)]);
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            out.contains("no SHA-256 sums") && out.contains("against the shards of"),
+            "{out}"
+        );
+        assert!(out.contains("every run equals the shards of"), "{out}");
+        // A difference then names both files: nothing tells which one is damaged.
+        let (file_off, _, shard, run_len) = layer5(&trunk);
+        if !coded {
+            flip(&trunk.join("trunk.bin"), file_off + run_len / 2);
+            let (code, _, err) = k3(&["verify", "--trunk", s(&trunk), "--against", s(&model)]);
+            assert_eq!(code, 2, "{err}");
+            assert!(
+                err.contains("layer 5: trunk.bin offset")
+                    && err.contains(&format!("differs from {}", s(&model.join(&shard))))
+                    && err.contains("no SHA-256 sums to tell which file is damaged"),
+                "{err}"
+            );
+        }
+    }
+}
+
+#[test]
+fn bad_trunk_flags_are_refused_naming_the_flag() {
+    let model = fixture("tiny-k3");
+    let trunk = packed(&model, "verify_trunk_flags", false);
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["verify", s(&model), "--against", s(&model)],
+            "flag `--against`",
+        ),
+        (
+            &["verify", "--trunk", s(&trunk), "--sums", "x"],
+            "flag `--sums`",
+        ),
+        (
+            &["verify", "--trunk", s(&trunk), "--write-sums", "x"],
+            "flag `--write-sums`",
+        ),
+        (&["verify", "--trunk"], "flag `--trunk` needs a value"),
+        (
+            &["verify", "--trunk", "/nonexistent/trunk"],
+            "flag `--trunk`: /nonexistent/trunk is not a directory",
+        ),
+        (
+            &["verify", s(&model), "--trunk", s(&trunk)],
+            "give the model directory to compare the trunk with as --against MODEL_DIR",
+        ),
+    ];
+    for (args, want) in cases {
+        let (code, _, err) = k3(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+    let (code, _, err) = k3(&[
+        "verify",
+        "--trunk",
+        s(&trunk),
+        "--against",
+        "/nonexistent/m",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("flag `--against`"), "{err}");
+    // A trunk packed from another model is refused against it, naming the layout.
+    let (code, _, err) = k3(&[
+        "verify",
+        "--trunk",
+        s(&trunk),
+        "--against",
+        s(&fixture("tiny-k3-text")),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("trunk.json"), "{err}");
+    // `k3 help verify` documents both flags.
+    let (code, out, _) = k3(&["help", "verify"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("--trunk DIR") && out.contains("--against MODEL_DIR"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_coded_trunk_json_with_a_block_sum_missing_is_refused_naming_the_key() {
+    let model = fixture("tiny-k3");
+    let trunk = packed(&model, "verify_trunk_block_sums", true);
+    let mut j = layout(&trunk);
+    j["layers"][3]["block_sha256"].as_array_mut().unwrap().pop();
+    std::fs::write(trunk.join("trunk.json"), j.to_string()).unwrap();
+    let (code, _, err) = k3(&["verify", "--trunk", s(&trunk)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("trunk.json: layer 3: `block_sha256`: ")
+            && err.contains("expected one per block"),
+        "{err}"
+    );
+}

@@ -361,3 +361,96 @@ fn an_output_directory_under_a_missing_parent_is_refused() {
     );
     assert!(!dir.join("missing").exists(), "a directory was created");
 }
+
+/// `k3 pack-trunk` records each run's SHA-256 (`sha256`: the run's bytes as in the shard) and,
+/// with a codec, each block's (`block_sha256`: its stored bytes), checked here with the `sha2`
+/// crate; the blocks stay four-number arrays, so the sums change nothing an older reader reads.
+#[test]
+fn pack_trunk_records_the_sha256_of_every_run_and_block() {
+    use sha2::Digest as _;
+    let hex = |b: &[u8]| -> String {
+        sha2::Sha256::digest(b)
+            .iter()
+            .map(|x| format!("{x:02x}"))
+            .collect()
+    };
+    let model = fixture("tiny-k3");
+    for coded in [false, true] {
+        let out = scratch_dir(&format!("pack_sums_{coded}"));
+        let mut args = vec!["pack-trunk", model.to_str().unwrap(), out.to_str().unwrap()];
+        if coded {
+            args.extend(["--codec", "bf16-huffman"]);
+        }
+        let o = run_k3(args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let j: Value =
+            serde_json::from_slice(&std::fs::read(out.join("trunk.json")).unwrap()).unwrap();
+        let bin = std::fs::read(out.join("trunk.bin")).unwrap();
+        for l in j["layers"].as_array().unwrap() {
+            let run_start = l["run_start"].as_u64().unwrap() as usize;
+            let run_len = l["tensors"]
+                .as_object()
+                .unwrap()
+                .values()
+                .map(|t| t["off"].as_u64().unwrap() + t["nbytes"].as_u64().unwrap())
+                .max()
+                .unwrap() as usize;
+            let shard = std::fs::read(model.join(l["shard"].as_str().unwrap())).unwrap();
+            assert_eq!(
+                l["sha256"].as_str().unwrap(),
+                hex(&shard[run_start..run_start + run_len]),
+                "layer {}",
+                l["layer"]
+            );
+            if !coded {
+                assert!(l.get("block_sha256").is_none());
+                continue;
+            }
+            let blocks = l["blocks"].as_array().unwrap();
+            let sums = l["block_sha256"].as_array().unwrap();
+            assert_eq!(blocks.len(), sums.len());
+            for (b, sum) in blocks.iter().zip(sums) {
+                let b = b.as_array().unwrap();
+                assert_eq!(b.len(), 4, "[start, len, off, clen] as before");
+                let (off, clen) = (
+                    b[2].as_u64().unwrap() as usize,
+                    b[3].as_u64().unwrap() as usize,
+                );
+                assert_eq!(sum.as_str().unwrap(), hex(&bin[off..off + clen]));
+            }
+        }
+    }
+}
+
+/// A `trunk.json` without sums (packed before them) still loads and runs with the same
+/// logits; a malformed sum is refused at open naming the layer and key.
+#[test]
+fn a_trunk_json_without_sums_still_loads_and_a_malformed_sum_is_named() {
+    let model = fixture("tiny-k3");
+    let out = scratch_dir("pack_nosums");
+    assert!(pack(&model, &out).status.success());
+    let p = out.join("trunk.json");
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    let args = ["--ids", "410,335,224", "--gen", "3", "--trunk-gb", "0.0005"];
+    let mut b_args = args.to_vec();
+    b_args.extend(["--trunk", out.to_str().unwrap()]);
+    let with = run(&model, "pack_sums_with", &b_args);
+    check_ok(&with, "packed trunk with sums");
+    for l in v["layers"].as_array_mut().unwrap() {
+        l.as_object_mut().unwrap().remove("sha256");
+    }
+    std::fs::write(&p, serde_json::to_vec(&v).unwrap()).unwrap();
+    let without = run(&model, "pack_sums_without", &b_args);
+    check_ok(&without, "packed trunk without sums");
+    assert_eq!(with.hash(), without.hash());
+    v["layers"][2]["sha256"] = Value::from("not hex");
+    std::fs::write(&p, serde_json::to_vec(&v).unwrap()).unwrap();
+    let bad = run(&model, "pack_sums_bad", &b_args);
+    assert_eq!(bad.code, Some(2), "{}", bad.stderr);
+    assert!(
+        bad.stderr
+            .contains("trunk.json: layer 2: `sha256`: expected a SHA-256 as 64 hex digits"),
+        "{}",
+        bad.stderr
+    );
+}
