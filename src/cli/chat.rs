@@ -19,10 +19,11 @@ mod column;
 mod display;
 mod files;
 mod input;
+mod lineedit;
 
 use display::Display;
 use files::History;
-use input::{Entry, Reader};
+use input::{Entry, Lines, Reader, Source};
 
 /// Chat's own flags.
 const CHAT_SPECS: &[Spec] = &[
@@ -111,6 +112,8 @@ struct ChatFlags {
     inputs: files::Inputs,
     /// `--messages` was given: answer it first.
     answer_first: bool,
+    /// The user messages of the `--history` file, oldest first (Up recalls them).
+    past_lines: Vec<String>,
 }
 
 /// Reads `--system`/`--system-file`, `--messages`, `--tools`, `--thinking`, `--max-reply`
@@ -174,6 +177,9 @@ fn chat_flags(a: &Args) -> Result<ChatFlags> {
         Some(p) => Some(History::open(&PathBuf::from(p), &inputs)?),
         None => None,
     };
+    let past_lines = history
+        .as_ref()
+        .map_or_else(Vec::new, |h| files::user_lines(h.path()));
     if let Some(h) = &history {
         inputs.add_file(h.path());
     }
@@ -183,6 +189,7 @@ fn chat_flags(a: &Args) -> Result<ChatFlags> {
         history,
         inputs,
         answer_first: messages.is_some(),
+        past_lines,
     })
 }
 
@@ -279,20 +286,17 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     if flags.answer_first {
         chat.turn(&mut model, Vec::new())?;
     }
-    let stdin = std::io::stdin();
-    let mut reader = Reader::new(stdin.lock());
+    // on a terminal the line editor, which draws on standard error (where the prompts go);
+    // else plain lines, as a pipe gives them
+    let source: Box<dyn Source> = if interactive && crate::io::sys::stderr_is_terminal() {
+        let past = flags.past_lines;
+        Box::new(lineedit::Terminal::new(past))
+    } else {
+        Box::new(Lines::new(std::io::stdin().lock(), interactive))
+    };
+    let mut reader = Reader::new(source);
     loop {
-        // a line typed ahead (complete before the prompt) was echoed before it: the answer
-        // then starts after the prompt, mid-row
-        chat.typed_ahead = interactive && crate::io::sys::stdin_ready();
-        chat.prompt();
-        let mut ahead = chat.typed_ahead;
-        let entry = match reader.next(&mut || {
-            if interactive {
-                ahead = crate::io::sys::stdin_ready();
-                crate::say!("... ");
-            }
-        }) {
+        let entry = match reader.next(&chat.prompt()) {
             Ok(Some(e)) => e,
             Ok(None) => break,
             Err(e) if interactive && e.kind == ErrorKind::Invalid => {
@@ -301,7 +305,9 @@ pub fn run(argv: &[OsString]) -> Result<()> {
             }
             Err(e) => return Err(e),
         };
-        chat.typed_ahead = ahead;
+        // a line typed ahead (complete before the prompt) was echoed before it: the answer
+        // then starts after the prompt, mid-row
+        chat.typed_ahead = interactive && reader.typed_ahead();
         if !chat.entry(&mut model, entry)? {
             break;
         }
@@ -330,14 +336,11 @@ struct Chat {
 
 impl Chat {
     /// The prompt on a terminal: `> `, or which call's result is expected.
-    fn prompt(&self) {
-        if !self.interactive {
-            return;
-        }
+    fn prompt(&self) -> String {
         let calls = self.conv.pending_calls();
         match calls.get(self.results.len()) {
-            Some(c) => crate::say!("result of {} ({})> ", c.id.as_deref().unwrap_or(""), c.name),
-            None => crate::say!("> "),
+            Some(c) => format!("result of {} ({})> ", c.id.as_deref().unwrap_or(""), c.name),
+            None => "> ".to_string(),
         }
     }
 

@@ -382,19 +382,7 @@ pub fn stdout_is_terminal() -> bool {
 /// pseudo-terminal nobody sized answers 0: `None`). For the chat's live line, which must
 /// know where the text wraps.
 pub fn stderr_columns() -> Option<usize> {
-    #[cfg(unix)]
-    {
-        // SAFETY: `winsize` is plain old data; an all-zero value is valid and ioctl fills it.
-        let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
-        // SAFETY: TIOCGWINSZ writes one `winsize` into the live out-value `ws`; fd 2 is checked
-        // by the kernel (a non-terminal fails with ENOTTY).
-        let rc = unsafe { libc::ioctl(2, libc::TIOCGWINSZ, &mut ws) };
-        (rc == 0 && ws.ws_col > 0).then_some(usize::from(ws.ws_col))
-    }
-    #[cfg(not(unix))]
-    {
-        None
-    }
+    super::tty::columns(2)
 }
 
 /// True when standard input has data to read now (on a terminal in canonical mode: a whole

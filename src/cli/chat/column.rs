@@ -105,7 +105,7 @@ impl Column {
 }
 
 /// The cells a character takes on a terminal, where terminals agree: `None` otherwise.
-fn cells(c: char) -> Option<usize> {
+pub(super) fn cells(c: char) -> Option<usize> {
     match u32::from(c) {
         0x20..=0x7e => Some(1),
         // combining marks

@@ -106,6 +106,25 @@ impl History {
     }
 }
 
+/// The user messages of a `--history` file, oldest first, for the line editor's Up: the
+/// `content` of every line whose `role` is `user`. A line that is not JSON (a file cut short)
+/// or a content that is not text (an array of parts) is passed over; an unreadable file gives
+/// none (it was checked when opened, and the chat appends to it all the same).
+pub fn user_lines(path: &Path) -> Vec<String> {
+    let Ok(text) = std::fs::read(path) else {
+        return Vec::new();
+    };
+    text.split(|&b| b == b'\n')
+        .filter_map(|l| crate::json::parse(l).ok())
+        .filter(|v| v.get("role").and_then(crate::json::Value::as_str) == Some("user"))
+        .filter_map(|v| {
+            v.get("content")
+                .and_then(crate::json::Value::as_str)
+                .map(str::to_string)
+        })
+        .collect()
+}
+
 /// `/result FILE`: the file's text (UTF-8).
 ///
 /// Errors (exit 2): unreadable or not UTF-8, naming the file.

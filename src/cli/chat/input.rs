@@ -1,6 +1,7 @@
-//! What the user types to `k3 chat`: lines from standard input joined into one entry (a line
-//! ending in `\` continues on the next; a block between two lines of `"""`), then read as a
-//! command (`/help`, `/exit`, …) or a message. `//text` sends `/text`.
+//! What the user types to `k3 chat`: lines (from the terminal's line editor, or plain lines
+//! from a pipe) joined into one entry (a line ending in `\` continues on the next; a block
+//! between two lines of `"""`), then read as a command (`/help`, `/exit`, …) or a message.
+//! `//text` sends `/text`.
 
 use crate::error::{Error, Result};
 use std::io::BufRead;
@@ -45,32 +46,72 @@ commands:
   /result FILE       a tool's result from a file (else the next line is the result)
 input: a line ending in \\ continues on the next; a block between lines of \"\"\" is one
 message; //text sends /text. Ctrl-C stops an answer.
+keys: Left/Right, Home/End (Ctrl-A/E), Backspace/Delete, Ctrl-K/U cut to the end/start,
+  Ctrl-W cut a word, Ctrl-Y paste it, Up/Down the lines typed before, Ctrl-C drop the line
 ";
 
-/// Reads entries from a byte stream of lines.
-pub struct Reader<R: BufRead> {
+/// What a [`Source`] gives for one line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Read {
+    /// A line, without its line ending (from the line editor it may hold pasted line breaks).
+    Line(String),
+    /// Ctrl-C at the prompt: the entry being typed is dropped.
+    Cancel,
+    /// The end of input (Ctrl-D on an empty line).
+    End,
+}
+
+/// Where the lines come from: the terminal's line editor, or plain lines (a pipe).
+pub trait Source {
+    /// The next line, `prompt` shown before it on a terminal.
+    ///
+    /// Errors: a line that is not UTF-8 (exit 2, naming its number); a failed read (exit 4).
+    fn read(&mut self, prompt: &str) -> Result<Read>;
+
+    /// The last line was typed before its prompt was shown (in canonical mode the terminal
+    /// echoed it before the prompt: the cursor is not at a row start after it).
+    fn typed_ahead(&self) -> bool {
+        false
+    }
+}
+
+/// Plain lines of a byte stream: a pipe, or a terminal in its own (canonical) mode when
+/// standard error is not one (the editor could not draw).
+pub struct Lines<R: BufRead> {
     r: R,
     /// Lines read so far (for messages).
     line: usize,
+    /// Show the prompts and watch for lines typed ahead (standard input is a terminal).
+    interactive: bool,
+    ahead: bool,
 }
 
-impl<R: BufRead> Reader<R> {
-    /// A reader over `r`.
-    pub fn new(r: R) -> Reader<R> {
-        Reader { r, line: 0 }
+impl<R: BufRead> Lines<R> {
+    /// The lines of `r`; prompts shown when `interactive`.
+    pub fn new(r: R, interactive: bool) -> Lines<R> {
+        Lines {
+            r,
+            line: 0,
+            interactive,
+            ahead: false,
+        }
     }
+}
 
-    /// One line without its `\n` (and `\r`), or None at the end of input.
-    ///
-    /// Errors (exit 2): a line that is not UTF-8 (naming its number); exit 4 on a failed read.
-    fn read_line(&mut self) -> Result<Option<String>> {
+impl<R: BufRead> Source for Lines<R> {
+    /// One line without its `\n` (and `\r`).
+    fn read(&mut self, prompt: &str) -> Result<Read> {
+        if self.interactive {
+            self.ahead = crate::io::sys::stdin_ready();
+            crate::say!("{prompt}");
+        }
         let mut buf = Vec::new();
         let n = self
             .r
             .read_until(b'\n', &mut buf)
             .map_err(|e| Error::io(format!("standard input: {e}")))?;
         if n == 0 {
-            return Ok(None);
+            return Ok(Read::End);
         }
         self.line += 1;
         if buf.last() == Some(&b'\n') {
@@ -79,7 +120,7 @@ impl<R: BufRead> Reader<R> {
                 buf.pop();
             }
         }
-        String::from_utf8(buf).map(Some).map_err(|e| {
+        String::from_utf8(buf).map(Read::Line).map_err(|e| {
             Error::invalid(format!(
                 "standard input: line {}: not UTF-8 (invalid byte at offset {})",
                 self.line,
@@ -88,45 +129,85 @@ impl<R: BufRead> Reader<R> {
         })
     }
 
-    /// The next entry, or None at the end of input. `more` is told before each continuation
-    /// line (to show a prompt).
+    fn typed_ahead(&self) -> bool {
+        self.ahead
+    }
+}
+
+/// The prompt of a continuation line (after `\`, inside a `"""` block).
+pub const MORE: &str = "... ";
+
+/// Reads entries from a [`Source`] of lines.
+pub struct Reader<S: Source + ?Sized> {
+    /// Lines read so far (for messages).
+    line: usize,
+    src: Box<S>,
+}
+
+impl<S: Source + ?Sized> Reader<S> {
+    /// A reader over `src`.
+    pub fn new(src: Box<S>) -> Reader<S> {
+        Reader { line: 0, src }
+    }
+
+    /// The entry's last line was typed ahead of its prompt ([`Source::typed_ahead`]).
+    pub fn typed_ahead(&self) -> bool {
+        self.src.typed_ahead()
+    }
+
+    /// The source's next line, counted.
+    fn read_line(&mut self, prompt: &str) -> Result<Read> {
+        let r = self.src.read(prompt)?;
+        if let Read::Line(_) = r {
+            self.line += 1;
+        }
+        Ok(r)
+    }
+
+    /// The next entry, or None at the end of input; `prompt` is shown before its first line
+    /// on a terminal, [`MORE`] before the others. Ctrl-C drops what was typed of the entry
+    /// and reads a new one.
     ///
     /// Errors (exit 2): a line that is not UTF-8, an unknown command, a command without its
     /// argument, a `"""` block not closed before the end of input.
-    pub fn next(&mut self, more: &mut dyn FnMut()) -> Result<Option<Entry>> {
-        let Some(first) = self.read_line()? else {
-            return Ok(None);
-        };
-        if first.trim() == "\"\"\"" {
-            let start = self.line;
-            let mut lines = Vec::new();
-            loop {
-                more();
-                match self.read_line()? {
-                    None => {
-                        return Err(Error::invalid(format!(
-                            "standard input: line {start}: a \"\"\" block is not closed"
-                        )))
+    pub fn next(&mut self, prompt: &str) -> Result<Option<Entry>> {
+        'entry: loop {
+            let first = match self.read_line(prompt)? {
+                Read::Line(l) => l,
+                Read::Cancel => continue 'entry,
+                Read::End => return Ok(None),
+            };
+            if first.trim() == "\"\"\"" {
+                let start = self.line;
+                let mut lines = Vec::new();
+                loop {
+                    match self.read_line(MORE)? {
+                        Read::Cancel => continue 'entry,
+                        Read::End => {
+                            return Err(Error::invalid(format!(
+                                "standard input: line {start}: a \"\"\" block is not closed"
+                            )))
+                        }
+                        Read::Line(l) if l.trim() == "\"\"\"" => break,
+                        Read::Line(l) => lines.push(l),
                     }
-                    Some(l) if l.trim() == "\"\"\"" => break,
-                    Some(l) => lines.push(l),
+                }
+                return Ok(Some(Entry::Text(lines.join("\n"))));
+            }
+            let mut text = first;
+            while let Some(head) = text.strip_suffix('\\') {
+                text = head.to_string();
+                match self.read_line(MORE)? {
+                    Read::Cancel => continue 'entry,
+                    Read::End => break,
+                    Read::Line(l) => {
+                        text.push('\n');
+                        text.push_str(&l);
+                    }
                 }
             }
-            return Ok(Some(Entry::Text(lines.join("\n"))));
+            return parse_entry(&text).map(Some);
         }
-        let mut text = first;
-        while let Some(head) = text.strip_suffix('\\') {
-            text = head.to_string();
-            more();
-            match self.read_line()? {
-                None => break,
-                Some(l) => {
-                    text.push('\n');
-                    text.push_str(&l);
-                }
-            }
-        }
-        parse_entry(&text).map(Some)
     }
 }
 
@@ -181,10 +262,14 @@ pub fn parse_entry(text: &str) -> Result<Entry> {
 mod tests {
     use super::*;
 
+    fn reader(bytes: &[u8]) -> Reader<Lines<&[u8]>> {
+        Reader::new(Box::new(Lines::new(bytes, false)))
+    }
+
     fn all(text: &str) -> Vec<Entry> {
-        let mut r = Reader::new(text.as_bytes());
+        let mut r = reader(text.as_bytes());
         let mut out = Vec::new();
-        while let Some(e) = r.next(&mut || {}).unwrap() {
+        while let Some(e) = r.next("> ").unwrap() {
             out.push(e);
         }
         out
@@ -208,9 +293,9 @@ mod tests {
             ("/undo 2\n", "/undo takes no argument"),
             ("\"\"\"\nopen\n", "line 1: a \"\"\" block is not closed"),
         ] {
-            let mut r = Reader::new(text.as_bytes());
+            let mut r = reader(text.as_bytes());
             let e = loop {
-                match r.next(&mut || {}) {
+                match r.next("> ") {
                     Ok(Some(_)) => continue,
                     Ok(None) => panic!("{text:?}: no error"),
                     Err(e) => break e,
@@ -219,9 +304,9 @@ mod tests {
             assert_eq!(e.exit_code(), 2, "{text:?}");
             assert!(e.message.contains(want), "{text:?}: {}", e.message);
         }
-        let mut r = Reader::new(&b"ok\n\xff\n"[..]);
-        r.next(&mut || {}).unwrap();
-        let e = r.next(&mut || {}).unwrap_err();
+        let mut r = reader(&b"ok\n\xff\n"[..]);
+        r.next("> ").unwrap();
+        let e = r.next("> ").unwrap_err();
         assert!(e.message.contains("line 2: not UTF-8"), "{}", e.message);
     }
 }

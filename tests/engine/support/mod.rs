@@ -6,6 +6,7 @@
 
 pub mod io;
 pub mod model_ref;
+pub mod pty;
 pub mod released;
 pub mod stream;
 pub mod tokenizer;

@@ -2,9 +2,11 @@
 //! a pipe, its `--history` lines read back. `session`: the turns continue one sequence (only
 //! the new ids prefilled, logits bit-identical to one run), `/undo`, `/save` + `/load`;
 //! `replies`: forced replies (`K3_TEST_FORCE_IDS`) shown, recorded and continued; `refusals`:
-//! bad input named and refused.
+//! bad input named and refused; `terminal`, `editing`: on a (pseudo-)terminal, the line
+//! editor's keys and the terminal's settings restored.
 
 mod commands;
+mod editing;
 mod flags;
 mod refusals;
 mod replies;
