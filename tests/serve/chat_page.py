@@ -16,7 +16,7 @@ HARD_TIMEOUT. Checks:
     conversation; a screenshot after the reply (OUT_DIR/chat-page.png);
   * --api-key: the page asks for the key (a wrong one is refused), keeps it in session
     storage and never in a URL; Stop during a long reply: the server logs the client leaving
-    (499) and answers the next message;
+    (499) and answers the next message; New chat during a reply leaves an empty conversation;
   * no request goes to any other host (Network events of the page).
 """
 
@@ -282,6 +282,13 @@ def forced_reply(b, downloads):
         check(0 < d < t and d % 8 == 0 and t >= r.usage.prompt_tokens,
               f"the bar saw the prefill go up to its last chunk: {last}")
         check(b.js("document.getElementById('progress').hidden"), "the bar hides once done")
+        # the full format of ENGINE.md §11, with the rate and time left (sent once a chunk is done)
+        shown = b.js("progress(': prefill 512/2048 130.4/s 11.8 s'), "
+                     "[document.getElementById('ptext').textContent, "
+                     "document.getElementById('fill').style.width]")
+        check(shown == ["Reading the prompt: 512 / 2048 positions · 130/s · 12 s left", "25%"],
+              f"rate and time left shown when sent: {shown}")
+        b.js("hideProgress()")
         os.makedirs(OUT, exist_ok=True)
         b.js("document.querySelector('.msg.assistant details.think').open = true")
         shot = b.call("Page.captureScreenshot", {"format": "png"})["data"]
@@ -375,6 +382,17 @@ def key_and_stop(b):
         got = wait_reply(b, 2)
         check("finish: length" in got["stats"] and "4 tokens" in got["stats"],
               f"the next message is answered: {got['stats']!r}")
+        # New chat during a reply: the reply stops and joins no conversation
+        b.js("document.getElementById('max_tokens').value = '3900'")
+        b.type_and_enter("Another long story.")
+        until(lambda: replies(b) == 3 and ((b.js(LAST) or {}).get("thinking")
+                                           or (b.js(LAST) or {}).get("answer")),
+              "the third reply to stream")
+        b.click("new")
+        until(lambda: b.js("document.body.dataset.state") == "idle", "New chat to stop it")
+        time.sleep(0.5)
+        check(json.loads(b.js("exportJson()")) == [] and replies(b) == 0,
+              "New chat during a reply leaves an empty conversation")
         return srv.host
     finally:
         srv.stop()
