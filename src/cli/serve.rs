@@ -39,6 +39,7 @@ const SERVE_SPECS: &[Spec] = &[
     Spec::Value("max-body-mb"),
     Spec::Value("cors"),
     Spec::Switch("log-prompts"),
+    Spec::Switch("no-ui"),
     Spec::Value("model-id"),
 ];
 
@@ -79,10 +80,12 @@ pub(crate) fn specs() -> Vec<Spec> {
 const USAGE: &str = "\
 usage: k3 serve <model_dir> [options]
   An OpenAI-compatible HTTP/1.1 server: POST /v1/chat/completions, POST /v1/completions,
-  GET /v1/models, GET /health (503 until loaded), GET /metrics (docs/cli.md, README).
+  GET /v1/models, GET /health (503 until loaded), GET /metrics, and a chat page at
+  http://ADDR:PORT/ (docs/cli.md, README).
   --port N             port (default 8000; 0 picks a free one, printed)
   --host ADDR          address to bind (default 127.0.0.1; any other needs an API key)
-  --api-key KEY        require `Authorization: Bearer KEY` (also K3_API_KEY)
+  --api-key KEY        require `Authorization: Bearer KEY` (also K3_API_KEY); without a key,
+                       requests for another Host or from another site's page get 403
   --parallel N         sequences decoding together, planned up front (default 4)
   --queue N            requests waiting for a slot at most; more get 503 (default 64)
   --snapshots N        prompt snapshots kept for prefix reuse, planned (default: --parallel)
@@ -90,6 +93,7 @@ usage: k3 serve <model_dir> [options]
   --max-body-mb X      request body limit in decimal MB (default 8)
   --cors ORIGIN        send Access-Control-Allow-Origin: ORIGIN (no CORS headers without it)
   --log-prompts        put request bodies in the log (never by default)
+  --no-ui              no chat page at / (404, as any unknown route)
   --model-id ID        the model name clients use (default: the directory name)
   --stop-id ID         extra end id (repeatable)
   --spec K             speculative decoding in every slot: up to K drafted ids per sweep (0 to
@@ -113,6 +117,8 @@ struct ServeFlags {
     cors: Option<String>,
     log_prompts: bool,
     model_id: Option<String>,
+    /// The chat page at `/` (`--no-ui` turns it off).
+    ui: bool,
 }
 
 fn count(a: &Args, name: &str, default: usize, min: usize, max: usize) -> Result<usize> {
@@ -204,6 +210,7 @@ fn serve_flags(a: &Args) -> Result<ServeFlags> {
         max_body,
         cors: a.value("cors")?.filter(|c| !c.is_empty()),
         log_prompts: a.switch("log-prompts"),
+        ui: !a.switch("no-ui"),
         model_id,
     })
 }
@@ -293,6 +300,8 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         loaded: AtomicBool::new(false),
         api_key: f.api_key.clone(),
         cors: f.cors.clone(),
+        bound: addr,
+        ui: f.ui,
         log_prompts: f.log_prompts,
         started: unix_now(),
         counter: AtomicU64::new(0),
@@ -351,6 +360,9 @@ pub fn run(argv: &[OsString]) -> Result<()> {
             crate::units::count(snapshots as u64, "snapshot", "snapshots"),
             if f.api_key.is_some() { ", API key required" } else { "" }
         );
+        if f.ui {
+            crate::sayln!("k3 serve: chat page: http://{addr}/ (open it in a browser; --no-ui turns it off)");
+        }
         let mut sched = Scheduler {
             queue: &queue,
             pool: SnapshotPool::new(snapshots),

@@ -1,14 +1,18 @@
 //! The routes of `k3 serve` (ENGINE.md §11) on the HTTP transport: `/health` (503 until the
 //! model is loaded), `/metrics`, `/v1/models`, `/v1/models/{id}` (the served model, else 404
-//! `model_not_found`), `/v1/chat/completions`, `/v1/completions`;
-//! the API key (Bearer, compared in constant time), CORS only when `--cors` names an origin,
-//! and one log line per request (no prompt text unless `--log-prompts`; none for `/health`
+//! `model_not_found`), `/v1/chat/completions`, `/v1/completions`,
+//! and the chat page at `/` and `/favicon.ico` ([`ui`], without the key; `--no-ui` turns it
+//! off); without an API key, the `Host` and `Origin` rules of [`guard`] (403: DNS rebinding,
+//! other sites); the API key (Bearer, compared in constant time), CORS only when `--cors`
+//! names an origin, and one log line per request (no prompt text unless `--log-prompts`; none for `/health`
 //! probes, which only count in `/metrics`).
 
 use super::api::ApiError;
 use super::encode;
+use super::guard;
 use super::run::{self, Outcome};
 use super::server::Server;
+use super::ui;
 use crate::http::{Handler, Request, Responder, Response};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -79,9 +83,53 @@ impl Server {
         }
     }
 
+    /// Without an API key: 403 for a `Host` that is not this server's address or an `Origin`
+    /// of another site ([`guard`]); with a key, everything passes on to the key check.
+    fn guarded(&self, req: &Request) -> Result<(), ApiError> {
+        if self.api_key.is_some() {
+            return Ok(());
+        }
+        let quoted = |v: Option<&str>| {
+            let cut: String = v.unwrap_or("").chars().take(80).collect();
+            format!("{cut:?}")
+        };
+        let host = req.header("host");
+        if !guard::host_allowed(host, self.bound) {
+            return Err(ApiError::other(
+                403,
+                "permission_error",
+                format!(
+                    "Host: {} is not this server's address (http://{}, http://localhost:{}); a server without --api-key answers only its own address (DNS rebinding)",
+                    quoted(host),
+                    self.bound,
+                    self.bound.port()
+                ),
+            ));
+        }
+        let origin = req.header("origin");
+        if !guard::origin_allowed(origin, self.bound, self.cors.as_deref()) {
+            return Err(ApiError::other(
+                403,
+                "permission_error",
+                format!(
+                    "Origin: {} is another site; a server without --api-key serves only its own pages (and the --cors origin)",
+                    quoted(origin)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     fn route(&self, req: &Request, out: &mut Responder<'_>, n: u64) -> Outcome {
         let path = req.path();
         let method = req.method.as_str();
+        if let Err(e) = self.guarded(req) {
+            // no CORS headers for a refused Host or Origin, --cors or not
+            let r = Response::new(e.status, "application/json", e.body().into_bytes());
+            let mut o = Outcome::sent(out, r);
+            o.error = Some("host/origin".into());
+            return o;
+        }
         if method == "OPTIONS" && self.cors.is_some() {
             let r = self
                 .with_cors(Response::new(204, "text/plain", Vec::new()))
@@ -106,6 +154,17 @@ impl Server {
             }
             return Outcome::sent(out, r);
         }
+        if self.ui && ui::is_ui_path(path) {
+            if method != "GET" && method != "HEAD" {
+                let e = ApiError::other(
+                    405,
+                    "invalid_request_error",
+                    format!("{method} {path}: method not allowed; use GET"),
+                );
+                return Outcome::sent(out, self.error(&e).header("Allow", "GET"));
+            }
+            return Outcome::sent(out, ui::response(req));
+        }
         if let Err(e) = self.authorized(req) {
             return Outcome::sent(out, self.error(&e));
         }
@@ -119,7 +178,8 @@ impl Server {
                     404,
                     "not_found_error",
                     format!(
-                        "{method} {path}: no such route (routes: /v1/chat/completions, /v1/completions, /v1/models, /v1/models/{{id}}, /health, /metrics)"
+                        "{method} {path}: no such route (routes: /v1/chat/completions, /v1/completions, /v1/models, /v1/models/{{id}}, /health, /metrics{})",
+                        if self.ui { ", / (the chat page)" } else { "" }
                     ),
                 );
                 return Outcome::sent(out, self.error(&e));

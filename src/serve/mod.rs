@@ -4,12 +4,14 @@
 //! its events into responses ([`run`], [`reply`], [`encode`]); the scheduler thread owns the
 //! session, steps every active sequence in one forward and keeps the snapshot pool
 //! ([`pool`]); [`metrics`] counts for `/metrics`; [`server`] holds what the handlers share;
-//! [`handler`] routes, checks the API key and logs one line per request.
+//! [`handler`] routes, checks the API key and logs one line per request;
+//! [`guard`] keeps other sites out of a keyless server; [`ui`] is the chat page at `/`.
 //!
 //! [`Session`]: crate::generate::session::Session
 
 pub mod api;
 pub mod encode;
+pub mod guard;
 pub mod handler;
 pub mod metrics;
 pub mod pool;
@@ -17,3 +19,4 @@ pub mod reply;
 pub mod run;
 pub mod sched;
 pub mod server;
+pub mod ui;

@@ -29,6 +29,11 @@ pub struct Server {
     pub api_key: Option<String>,
     /// `--cors ORIGIN`: the `Access-Control-Allow-Origin` value (no CORS headers without it).
     pub cors: Option<String>,
+    /// The address the listener is bound to: the `Host` values a keyless server accepts
+    /// ([`super::guard`]).
+    pub bound: std::net::SocketAddr,
+    /// The chat page at `/` (off with `--no-ui`).
+    pub ui: bool,
     /// `--log-prompts`: the request body goes into the log line.
     pub log_prompts: bool,
     /// Unix seconds at start (`/v1/models`' `created`).

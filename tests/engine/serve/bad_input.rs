@@ -185,15 +185,16 @@ fn the_context_refusal_counts_the_prompt_as_usage_does() {
 #[test]
 fn transport_limits_answer_in_the_openai_shape() {
     let s = start(&[], &[]);
+    let host = s.addr;
     // 20 MiB body: 413 before it is sent
     let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\n\r\n",
         20 << 20
     );
     assert_error(&raw(&s, head.as_bytes()), 413, None);
     // 100 KiB header: 431
     let big = format!(
-        "GET /health HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "GET /health HTTP/1.1\r\nHost: {host}\r\nX-Big: {}\r\n\r\n",
         "a".repeat(100 << 10)
     );
     assert_error(&raw(&s, big.as_bytes()), 431, None);

@@ -88,8 +88,9 @@ fn a_slow_drip_client_gets_408_while_another_request_is_served() {
     let c = connect(&s);
     let mut w = c.try_clone().unwrap();
     let body = chat_body("drip", 2, 1).to_string();
+    let host = s.addr;
     let req = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
     // one byte every 50 ms (well inside the 10 s between bytes), stopping when refused

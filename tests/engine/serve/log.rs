@@ -21,8 +21,9 @@ fn send_prompts(s: &Server) {
     let c = json!({"model": MODEL, "prompt": SECRET, "max_tokens": 2});
     assert_eq!(post(s, "/v1/completions", &c).status, 200);
     // a body cut short: the transport refuses it (400)
+    let host = s.addr;
     let cut = format!(
-        "POST {chat} HTTP/1.1\r\nHost: x\r\nContent-Length: 999\r\n\r\n{{\"x\": \"{SECRET}"
+        "POST {chat} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 999\r\n\r\n{{\"x\": \"{SECRET}"
     );
     let mut conn = connect(s);
     std::io::Write::write_all(&mut conn, cut.as_bytes()).unwrap();

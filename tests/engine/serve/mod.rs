@@ -1,7 +1,8 @@
 //! `k3 serve` (ENGINE.md §11) end to end over loopback: endpoints, streaming, usage, tool
 //! calls, prefix reuse, logprobs (this file); bad input (`bad_input`); concurrency, the queue
 //! and a slow client (`concurrency`); clients that leave (`disconnect`); the request log
-//! (`log`); startup refusals, loading and the drain (`startup`); UTF-8 in streams (`text`).
+//! (`log`); startup refusals, loading and the drain (`startup`); UTF-8 in streams (`text`);
+//! the chat page and the Host/Origin rules (`ui`).
 
 mod arithmetic;
 mod bad_input;
@@ -12,6 +13,7 @@ mod spec;
 mod startup;
 mod support;
 mod text;
+mod ui;
 
 use crate::support::{fixture, run_k3};
 use serde_json::{json, Value};

@@ -189,9 +189,10 @@ pub fn metric(s: &Server, name: &str) -> Option<f64> {
 /// Sends a request of `body` to `path` on a fresh connection without reading the reply.
 pub fn send_only(s: &Server, path: &str, body: &Value) -> TcpStream {
     let b = body.to_string();
+    let host = s.addr;
     let mut c = connect(s);
     let req = format!(
-        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\n\r\n{b}",
         b.len()
     );
@@ -245,9 +246,10 @@ pub fn open_stream(s: &Server, body: &Value) -> TcpStream {
     let mut body = body.clone();
     body["stream"] = serde_json::json!(true);
     let b = body.to_string();
+    let host = s.addr;
     let mut c = connect(s);
     let req = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{b}",
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\n\r\n{b}",
         b.len()
     );
     c.write_all(req.as_bytes()).unwrap();
