@@ -380,7 +380,7 @@ fn a_parallel_that_does_not_fit_names_the_largest_that_does() {
         "--batch",
         &b,
         "--parallel",
-        "100000",
+        "4096",
         "--ctx",
         "4000",
         "--mem-gb",
@@ -388,7 +388,7 @@ fn a_parallel_that_does_not_fit_names_the_largest_that_does() {
     ]);
     assert_eq!(code, 3, "{err}");
     assert!(
-        err.contains("--parallel 100000") && err.contains("largest --parallel that fits is"),
+        err.contains("--parallel 4096") && err.contains("largest --parallel that fits is"),
         "{err}"
     );
 }
