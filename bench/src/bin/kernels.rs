@@ -8,12 +8,19 @@
 //! a buffer 16x the last-level cache).
 //!
 //! ```text
-//! cargo run --release -p k3-bench --bin kernels [-- --reps N] [--quick] [--out FILE]
+//! cargo run --release -p k3-bench --bin kernels [-- --reps N] [--quick] [--prefill] [--out FILE]
 //! ```
 //! Results go to `bench/results/kernels-<YYYYMMDD>.tsv` (or FILE) with the machine description
-//! and the command at the top.
+//! and the command at the top. Every product also gets its multiply-adds per second as a ratio
+//! to the compute roof of its path and thread count (`k3_bench::roof`), measured in the same run.
+//!
+//! `--prefill` runs the batched products only (issue 23): BF16 (7168 columns) and MXFP4 experts
+//! (3584 → 3072) at T = 1, 16, 64 and 256 positions on every available path at 1 and 2
+//! threads, against the roof (and T = 1 against memory bandwidth too), into
+//! `bench/results/prefill-kernels-<YYYYMMDD>.tsv`.
 
 use k3_bench::membw::{self, MemBw};
+use k3_bench::roof;
 use k3_kernels::{isa, Isa, Kernels, Mxfp4};
 use std::fmt::Write as _;
 use std::time::Instant;
@@ -21,6 +28,7 @@ use std::time::Instant;
 struct Opts {
     reps: usize,
     quick: bool,
+    prefill: bool,
     out: Option<String>,
 }
 
@@ -28,6 +36,7 @@ fn parse_args() -> Result<Opts, String> {
     let mut o = Opts {
         reps: 7,
         quick: false,
+        prefill: false,
         out: None,
     };
     let mut it = std::env::args().skip(1);
@@ -42,9 +51,10 @@ fn parse_args() -> Result<Opts, String> {
                     .ok_or(format!("--reps {v}: expected a positive integer"))?;
             }
             "--quick" => o.quick = true,
+            "--prefill" => o.prefill = true,
             "--out" => o.out = Some(it.next().ok_or("--out: missing value")?),
             "--help" | "-h" => {
-                return Err("usage: kernels [--reps N] [--quick] [--out FILE]".into());
+                return Err("usage: kernels [--reps N] [--quick] [--prefill] [--out FILE]".into());
             }
             _ => return Err(format!("{a}: unknown flag (see --help)")),
         }
@@ -150,6 +160,10 @@ fn main() {
             env!("CARGO_MANIFEST_DIR")
         )
     });
+    if opts.prefill {
+        prefill(&opts, (yr, mon, day));
+        return;
+    }
     let load_before = k3_bench::machine::loadavg();
     let llc = membw::llc_bytes().unwrap_or(32 << 20);
     let paths: Vec<Isa> = if opts.quick {
@@ -488,6 +502,196 @@ fn main() {
             r.bytes as f64 / r.best / same.best_bytes_per_s,
             bw_max / 1e9,
             r.bytes as f64 / r.best / bw_max
+        )
+        .unwrap();
+    }
+    if let Err(e) = std::fs::write(&out_path, s) {
+        eprintln!("kernels: {out_path}: {e}");
+        std::process::exit(4);
+    }
+    eprintln!("wrote {out_path}");
+}
+
+/// The `--prefill` run: batched BF16 and MXFP4 products against the compute roof.
+fn prefill(opts: &Opts, (yr, mon, day): (i64, i64, i64)) {
+    let out_path = opts.out.clone().unwrap_or_else(|| {
+        format!(
+            "{}/results/prefill-kernels-{yr:04}{mon:02}{day:02}.tsv",
+            env!("CARGO_MANIFEST_DIR")
+        )
+    });
+    let load_before = k3_bench::machine::loadavg();
+    let paths = isa::available().to_vec();
+    let thread_counts = [1usize, 2];
+    let reps = opts.reps.min(if opts.quick { 3 } else { 5 });
+    let llc = membw::llc_bytes().unwrap_or(32 << 20);
+    let buf = membw::buffer(16 * llc);
+    let bw: Vec<MemBw> = thread_counts
+        .iter()
+        .map(|&t| membw::measure(&buf, t, reps))
+        .collect();
+    drop(buf);
+    let mut roofs = Vec::new();
+    for &isa in &paths {
+        for &t in &thread_counts {
+            let r = roof::measure(isa, t, reps);
+            eprintln!(
+                "roof {} t{t}: best {:.2} G multiply-adds/s, median {:.2}",
+                isa.name(),
+                r.best_macs_per_s / 1e9,
+                r.median_macs_per_s / 1e9
+            );
+            roofs.push(r);
+        }
+    }
+    let roof_of = |isa: Isa, t: usize| {
+        roofs
+            .iter()
+            .find(|r| r.isa == isa && r.threads == t)
+            .expect("measured roof")
+            .best_macs_per_s
+    };
+    let mut rows: Vec<Row> = Vec::new();
+    let n_bf = 7168usize;
+    let (m_mx, n_mx) = (3072usize, 3584usize);
+    for t_pos in [1usize, 16, 64, 256] {
+        // About 1.5–2 G multiply-adds per repetition; T = 1 and 16 stream more than the LLC.
+        let m_bf = match t_pos {
+            1 | 16 => 12288,
+            64 => 4096,
+            _ => 1024,
+        };
+        let experts = match t_pos {
+            1 | 16 => 16,
+            64 => 4,
+            _ => 1,
+        };
+        let w = bf16_matrix(m_bf, n_bf, 5);
+        let x = vector(t_pos * n_bf, 6);
+        let mut y = vec![0.0f32; t_pos * m_bf];
+        let mut r = Rng(10);
+        let packed: Vec<Vec<u8>> = (0..experts)
+            .map(|_| (0..m_mx * n_mx / 2).map(|_| r.next() as u8).collect())
+            .collect();
+        let scales: Vec<Vec<u8>> = (0..experts)
+            .map(|_| {
+                (0..m_mx * n_mx / 32)
+                    .map(|_| 115 + (r.next() % 13) as u8)
+                    .collect()
+            })
+            .collect();
+        let mats: Vec<Mxfp4> = (0..experts)
+            .map(|e| Mxfp4::new(&packed[e], &scales[e], m_mx, n_mx).expect("valid MXFP4"))
+            .collect();
+        let xm = vector(t_pos * n_mx, 11);
+        let mut ym = vec![0.0f32; t_pos * m_mx];
+        for &isa in &paths {
+            for &t in &thread_counts {
+                let k = Kernels::new(isa, t).expect("available path");
+                let (best, median) = time(reps, || k.matmul_bf16(&w, m_bf, n_bf, &x, &mut y));
+                rows.push(Row {
+                    op: "bf16_matmul".into(),
+                    isa,
+                    threads: t,
+                    rows: m_bf,
+                    cols: n_bf,
+                    t: t_pos,
+                    bytes: m_bf * n_bf * 2,
+                    macs: m_bf * n_bf * t_pos,
+                    best,
+                    median,
+                });
+                let (best, median) = time(reps, || {
+                    for m in &mats {
+                        k.matmul_mxfp4(m, &xm, &mut ym);
+                    }
+                });
+                rows.push(Row {
+                    op: "mxfp4_matmul".into(),
+                    isa,
+                    threads: t,
+                    rows: m_mx,
+                    cols: n_mx,
+                    t: t_pos,
+                    bytes: experts * (m_mx * n_mx / 2 + m_mx * n_mx / 32),
+                    macs: experts * m_mx * n_mx * t_pos,
+                    best,
+                    median,
+                });
+                for r in &rows[rows.len() - 2..] {
+                    eprintln!(
+                        "  {:<13} {:<6} t{} T{:<4} {:>7.2} G multiply-adds/s  {:.3} of roof",
+                        r.op,
+                        isa.name(),
+                        t,
+                        t_pos,
+                        r.macs as f64 / r.best / 1e9,
+                        r.macs as f64 / r.best / roof_of(isa, t)
+                    );
+                }
+            }
+        }
+    }
+    let mut cmd = String::from("cargo run --release -p k3-bench --bin kernels --");
+    for a in std::env::args().skip(1) {
+        cmd.push(' ');
+        cmd.push_str(&a);
+    }
+    let mut s = String::new();
+    writeln!(s, "# k3 batched products (prefill) against the compute roof measured in the same run (issue 23)").unwrap();
+    writeln!(s, "# command: {cmd}").unwrap();
+    writeln!(s, "# date_utc: {yr:04}-{mon:02}-{day:02}").unwrap();
+    writeln!(
+        s,
+        "# cpu: {} ({}), {} CPUs, last-level cache {} bytes",
+        cpu_model(),
+        std::env::consts::ARCH,
+        k3_kernels::pool::default_threads(),
+        llc
+    )
+    .unwrap();
+    writeln!(
+        s,
+        "# loadavg before: {load_before}; after: {}",
+        k3_bench::machine::loadavg()
+    )
+    .unwrap();
+    writeln!(s, "# roof: f64 multiply + add (no FMA), 12 independent accumulators, operands in registers, per path and thread count (k3_bench::roof); best of {reps} after a warm-up").unwrap();
+    writeln!(s, "# macs_per_s = multiply-adds per second, best repetition; roof_ratio = macs_per_s / roof_macs_per_s (same path and threads); membw_ratio = weight bytes per second / streaming-read bandwidth (same threads)").unwrap();
+    writeln!(s, "kind\top\tisa\tthreads\trows\tcols\tT\tbytes\tbest_s\tmedian_s\tmacs_per_s\troof_macs_per_s\troof_ratio\tGBps\tmembw_GBps\tmembw_ratio").unwrap();
+    for r in &roofs {
+        writeln!(
+            s,
+            "roof\tmul_add_f64\t{}\t{}\t-\t-\t-\t-\t-\t-\t{:.4e}\t{:.4e}\t1.000\t-\t-\t-",
+            r.isa.name(),
+            r.threads,
+            r.best_macs_per_s,
+            r.best_macs_per_s
+        )
+        .unwrap();
+    }
+    for r in &rows {
+        let roof = roof_of(r.isa, r.threads);
+        let mb = bw.iter().find(|m| m.threads == r.threads).unwrap();
+        let gbps = r.bytes as f64 / r.best / 1e9;
+        writeln!(
+            s,
+            "kernel\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{:.6}\t{:.6}\t{:.4e}\t{:.4e}\t{:.3}\t{:.3}\t{:.3}\t{:.3}",
+            r.op,
+            r.isa.name(),
+            r.threads,
+            r.rows,
+            r.cols,
+            r.t,
+            r.bytes,
+            r.best,
+            r.median,
+            r.macs as f64 / r.best,
+            roof,
+            r.macs as f64 / r.best / roof,
+            gbps,
+            mb.best_bytes_per_s / 1e9,
+            gbps * 1e9 / mb.best_bytes_per_s
         )
         .unwrap();
     }
