@@ -188,7 +188,13 @@ fn matmul_tiled<W: WideRows>(src: &W, nr: usize, cols: usize, x: &[f32], out: &m
     let mut t0 = 0;
     while t0 < t_n {
         let t1 = t_n.min(t0 + TB);
-        matmul_group(src, nr, cols, &x[t0 * cols..t1 * cols], &mut out[t0 * nr..t1 * nr]);
+        matmul_group(
+            src,
+            nr,
+            cols,
+            &x[t0 * cols..t1 * cols],
+            &mut out[t0 * nr..t1 * nr],
+        );
         t0 = t1;
     }
 }
