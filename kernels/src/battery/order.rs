@@ -63,8 +63,8 @@ fn lasting(j: usize, t: usize) -> f32 {
 
 /// Whether column c carries a huge product.
 fn is_huge(c: usize) -> bool {
-    HUGE.iter().any(|&(b, _)| c >= b && c < b + 16)
-        || (c >= LASTING && c < LASTING + 16 && (c % 16) % 8 < 4)
+    HUGE.iter().any(|&(b, _)| (b..b + 16).contains(&c))
+        || ((LASTING..LASTING + 16).contains(&c) && (c % 16) % 8 < 4)
 }
 
 /// BF16 weights \[rows, cols\] and x \[T, cols\] of the order battery (cols ≥ 992 to hold

@@ -109,6 +109,7 @@ impl WideRows for Mxfp4Rows<'_> {
 /// columns of the chunk. `w[r]`, `x[p]` are the pairs' segments (equal lengths), `acc[r][p]`
 /// the accumulator groups.
 #[inline(always)]
+#[allow(clippy::needless_range_loop)]
 fn block<const NR: usize, const NP: usize>(
     w: [&[f64]; NR],
     x: [&[f64]; NP],

@@ -206,7 +206,7 @@ impl WideRows for Mxfp4Rows<'_> {
 ///
 /// # Safety: the CPU supports AVX2; every pointer is valid for the elements named above.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
 unsafe fn block<const NR: usize, const NP: usize>(
     w: *const f64,
     ws: usize,
