@@ -8,4 +8,5 @@ pub mod idle;
 pub mod machine;
 pub mod membw;
 pub mod predict;
+pub mod roof;
 pub mod roofline;

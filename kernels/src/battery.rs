@@ -17,7 +17,11 @@ use crate::ops::Kernels;
 use crate::{argmax, cast, find_e8m0_nan, first_non_finite, fnv1a64_f32, moe_select, moe_weights};
 
 mod inputs;
+pub mod order;
 use inputs::*;
+
+/// Positions of the order battery's batched products (`matmul_order_*`).
+pub const ORDER_T: [usize; 7] = [1, 2, 7, 16, 17, 64, 600];
 
 /// Operations whose outputs are integers (indices, hashes) rather than floats.
 pub const INTEGER_OPS: [&str; 2] = ["moe_select", "argmax_hash_scan"];
@@ -59,6 +63,7 @@ pub fn run_with(k: &Kernels) -> Vec<BatteryOutput> {
     let mut b = Battery { k, out: Vec::new() };
     b.dots();
     b.matmuls();
+    b.batched_order();
     b.transcendentals();
     b.elementwise();
     b.norms();
@@ -234,6 +239,36 @@ impl Battery<'_> {
             sm.push_f32(&y);
         }
         self.emit("matmul_mxfp4", sm);
+    }
+
+    /// The batched products on inputs that expose the order of additions (`order`), at
+    /// several T: each position's outputs must equal the one-position product's, on every
+    /// path (kernels/tests/gate_battery.rs checks T = 1 in-process, the gates across paths).
+    fn batched_order(&mut self) {
+        let k = self.k;
+        let mut sb = Sink {
+            elem_bytes: 4,
+            bytes: Vec::new(),
+        };
+        let mut sm = Sink {
+            elem_bytes: 4,
+            bytes: Vec::new(),
+        };
+        for (i, &t) in ORDER_T.iter().enumerate() {
+            let (rows, cols) = (70, 1000);
+            let (w, x) = order::order_case_bf16(rows, cols, t, 40 + i as u64);
+            let mut y = vec![0.0f32; t * rows];
+            k.matmul_bf16(&w, rows, cols, &x, &mut y);
+            sb.push_f32(&y);
+            let (rows, cols) = (70, 1024);
+            let (p, sc, x) = order::order_case_mxfp4(rows, cols, t, 50 + i as u64);
+            let m = Mxfp4::new(&p, &sc, rows, cols).expect("battery MXFP4 shape");
+            let mut y = vec![0.0f32; t * rows];
+            k.matmul_mxfp4(&m, &x, &mut y);
+            sm.push_f32(&y);
+        }
+        self.emit("matmul_order_bf16", sb);
+        self.emit("matmul_order_mxfp4", sm);
     }
 
     fn transcendentals(&mut self) {

@@ -35,7 +35,8 @@ thread_local! {
 /// Upper bound, in bytes, of the scratch one thread keeps between kernel calls: the prepared
 /// (widened) inputs of one call, at most `x_elems` f64 elements in all, and the tiled prefill
 /// product's accumulators (`ROW_BLOCK` rows × `t` positions × `DOT_LANES`), x chunk (`t` ×
-/// at most 1024 columns) and two widened rows, plus a task's output block. The buffers are
+/// at most 1024 columns) and widened rows (2048 values: the tiled products use four rows of
+/// 488), plus a task's output block. The buffers are
 /// kept per thread so that decode allocates nothing in steady state; a memory plan counts
 /// this once per thread ([`Kernels::threads`]). Depends on shapes only, not on the path.
 pub fn thread_scratch_bytes(t: usize, x_elems: usize) -> u64 {

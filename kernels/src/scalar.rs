@@ -11,6 +11,9 @@ use crate::num::{silu64 as silu1, situ_glu1, tanh64 as t64};
 
 pub(crate) use crate::num::{dot_bf16, dot_f32};
 
+mod tiled;
+pub(crate) use tiled::{matmul_bf16, matmul_mxfp4};
+
 /// An input vector as the products see it: fp32 values widened exactly, or values already
 /// widened to f64 (the same numbers).
 pub(crate) trait XVals {
@@ -98,36 +101,12 @@ pub(crate) fn matvec_mxfp4(
     }
 }
 
-/// Matrix block: w \[nr, cols\] BF16, x \[T, cols\] → out \[T, nr\], out\[t\]\[r\] = rnd(dot(w\[r\], x\[t\])).
-pub(crate) fn matmul_bf16(w: &[u16], cols: usize, x: &[f32], out: &mut [f32]) {
-    let nr = w.len() / cols;
-    for (r, wr) in w.chunks_exact(cols).enumerate() {
-        for (t, xt) in x.chunks_exact(cols).enumerate() {
-            out[t * nr + r] = rnd(dot_bf16(wr, xt));
-        }
-    }
-}
-
-/// Matrix block with fp32 weights; layout as [`matmul_bf16`].
+/// Matrix block with fp32 weights; layout as `matmul_bf16`.
 pub(crate) fn matmul_f32(w: &[f32], cols: usize, x: &[f32], out: &mut [f32]) {
     let nr = w.len() / cols;
     for (r, wr) in w.chunks_exact(cols).enumerate() {
         for (t, xt) in x.chunks_exact(cols).enumerate() {
             out[t * nr + r] = rnd(dot_f32(wr, xt));
-        }
-    }
-}
-
-/// MXFP4 matrix block: packed \[nr, cols/2\], scales \[nr, cols/32\]; layout as [`matmul_bf16`].
-pub(crate) fn matmul_mxfp4(packed: &[u8], scales: &[u8], cols: usize, x: &[f32], out: &mut [f32]) {
-    let nr = packed.len() / (cols / 2);
-    let pb = cols / 2;
-    let sb = cols / GROUP;
-    for r in 0..nr {
-        let pr = &packed[r * pb..(r + 1) * pb];
-        let sr = &scales[r * sb..(r + 1) * sb];
-        for (t, xt) in x.chunks_exact(cols).enumerate() {
-            out[t * nr + r] = rnd(dot_mxfp4(pr, sr, xt));
         }
     }
 }

@@ -8,12 +8,19 @@
 //! a buffer 16x the last-level cache).
 //!
 //! ```text
-//! cargo run --release -p k3-bench --bin kernels [-- --reps N] [--quick] [--out FILE]
+//! cargo run --release -p k3-bench --bin kernels [-- --reps N] [--quick] [--prefill] [--out FILE]
 //! ```
 //! Results go to `bench/results/kernels-<YYYYMMDD>.tsv` (or FILE) with the machine description
-//! and the command at the top.
+//! and the command at the top. Every product also gets its multiply-adds per second as a ratio
+//! to the compute roof of its path and thread count (`k3_bench::roof`), measured in the same run.
+//!
+//! `--prefill` runs the batched products only (issue 23): BF16 (7168 columns) and MXFP4 experts
+//! (3584 → 3072) at T = 1, 16, 64 and 256 positions on every available path at 1 and 2
+//! threads, against the roof (and T = 1 against memory bandwidth too), into
+//! `bench/results/prefill-kernels-<YYYYMMDD>.tsv`.
 
 use k3_bench::membw::{self, MemBw};
+use k3_bench::roof;
 use k3_kernels::{isa, Isa, Kernels, Mxfp4};
 use std::fmt::Write as _;
 use std::time::Instant;
@@ -21,6 +28,7 @@ use std::time::Instant;
 struct Opts {
     reps: usize,
     quick: bool,
+    prefill: bool,
     out: Option<String>,
 }
 
@@ -28,6 +36,7 @@ fn parse_args() -> Result<Opts, String> {
     let mut o = Opts {
         reps: 7,
         quick: false,
+        prefill: false,
         out: None,
     };
     let mut it = std::env::args().skip(1);
@@ -42,9 +51,10 @@ fn parse_args() -> Result<Opts, String> {
                     .ok_or(format!("--reps {v}: expected a positive integer"))?;
             }
             "--quick" => o.quick = true,
+            "--prefill" => o.prefill = true,
             "--out" => o.out = Some(it.next().ok_or("--out: missing value")?),
             "--help" | "-h" => {
-                return Err("usage: kernels [--reps N] [--quick] [--out FILE]".into());
+                return Err("usage: kernels [--reps N] [--quick] [--prefill] [--out FILE]".into());
             }
             _ => return Err(format!("{a}: unknown flag (see --help)")),
         }
@@ -150,6 +160,10 @@ fn main() {
             env!("CARGO_MANIFEST_DIR")
         )
     });
+    if opts.prefill {
+        prefill(&opts, (yr, mon, day));
+        return;
+    }
     let load_before = k3_bench::machine::loadavg();
     let llc = membw::llc_bytes().unwrap_or(32 << 20);
     let paths: Vec<Isa> = if opts.quick {
@@ -181,6 +195,20 @@ fn main() {
     }
     drop(buf);
     let bw_max = bw.iter().map(|m| m.best_bytes_per_s).fold(0.0, f64::max);
+
+    // 1b. The compute roof of every path and thread count (k3_bench::roof).
+    let mut roofs = Vec::new();
+    for &isa in &paths {
+        for &t in &thread_counts {
+            let r = roof::measure(isa, t, opts.reps.min(5));
+            eprintln!(
+                "  roof {} t{t}: {:.2} G multiply-adds/s",
+                isa.name(),
+                r.best_macs_per_s / 1e9
+            );
+            roofs.push(r);
+        }
+    }
 
     let mut rows: Vec<Row> = Vec::new();
     let mut report = |r: Row| {
@@ -449,11 +477,12 @@ fn main() {
     )
     .unwrap();
     writeln!(s, "# GB = 1e9 bytes; ratio = best GB/s / best membw at the same thread count; ratio_max = / best membw at any thread count").unwrap();
-    writeln!(s, "kind\top\tisa\tthreads\trows\tcols\tT\tbytes\tbest_s\tmedian_s\tbest_GBps\tmedian_GBps\tmacs_per_s\tmembw_GBps\tratio\tmembw_max_GBps\tratio_max").unwrap();
+    writeln!(s, "# roof_macs_per_s: f64 multiply + add throughput of the path at the same thread count (k3_bench::roof); roof_ratio = macs_per_s / roof_macs_per_s").unwrap();
+    writeln!(s, "kind\top\tisa\tthreads\trows\tcols\tT\tbytes\tbest_s\tmedian_s\tbest_GBps\tmedian_GBps\tmacs_per_s\tmembw_GBps\tratio\tmembw_max_GBps\tratio_max\troof_macs_per_s\troof_ratio").unwrap();
     for m in &bw {
         writeln!(
             s,
-            "membw\tstream_read\t-\t{}\t-\t-\t-\t{}\t{:.6}\t{:.6}\t{:.3}\t{:.3}\t-\t{:.3}\t1.000\t{:.3}\t{:.3}",
+            "membw\tstream_read\t-\t{}\t-\t-\t-\t{}\t{:.6}\t{:.6}\t{:.3}\t{:.3}\t-\t{:.3}\t1.000\t{:.3}\t{:.3}\t-\t-",
             m.threads,
             m.bytes,
             m.bytes as f64 / m.best_bytes_per_s,
@@ -466,12 +495,27 @@ fn main() {
         )
         .unwrap();
     }
+    for r in &roofs {
+        writeln!(
+            s,
+            "roof\tmul_add_f64\t{}\t{}\t-\t-\t-\t-\t-\t-\t-\t-\t{:.4e}\t-\t-\t-\t-\t{:.4e}\t1.000",
+            r.isa.name(),
+            r.threads,
+            r.best_macs_per_s,
+            r.best_macs_per_s
+        )
+        .unwrap();
+    }
     for r in &rows {
         let same = bw.iter().find(|m| m.threads == r.threads).unwrap();
         let macs = r.macs as f64;
+        let roof = roofs
+            .iter()
+            .find(|x| x.isa == r.isa && x.threads == r.threads)
+            .map_or(f64::NAN, |x| x.best_macs_per_s);
         writeln!(
             s,
-            "kernel\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{:.6}\t{:.6}\t{:.3}\t{:.3}\t{:.4e}\t{:.3}\t{:.3}\t{:.3}\t{:.3}",
+            "kernel\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{:.6}\t{:.6}\t{:.3}\t{:.3}\t{:.4e}\t{:.3}\t{:.3}\t{:.3}\t{:.3}\t{:.4e}\t{:.3}",
             r.op,
             r.isa.name(),
             r.threads,
@@ -487,7 +531,197 @@ fn main() {
             same.best_bytes_per_s / 1e9,
             r.bytes as f64 / r.best / same.best_bytes_per_s,
             bw_max / 1e9,
-            r.bytes as f64 / r.best / bw_max
+            r.bytes as f64 / r.best / bw_max,
+            roof,
+            macs / r.best / roof
+        )
+        .unwrap();
+    }
+    if let Err(e) = std::fs::write(&out_path, s) {
+        eprintln!("kernels: {out_path}: {e}");
+        std::process::exit(4);
+    }
+    eprintln!("wrote {out_path}");
+}
+
+/// The `--prefill` run: batched BF16 and MXFP4 products against the compute roof.
+///
+/// T = 1 streams matrices larger than the LLC (bandwidth-bound; a few long repetitions). For
+/// T ≥ 16 the products are compute-bound, so each repetition is short (about 10 M
+/// multiply-adds, one 64-row task per thread and position group, weights in L2) and the best
+/// of many is taken, and the roof is measured right before each product with equally short
+/// repetitions: on a busy machine both then see the same quiet time slices.
+fn prefill(opts: &Opts, (yr, mon, day): (i64, i64, i64)) {
+    let out_path = opts.out.clone().unwrap_or_else(|| {
+        format!(
+            "{}/results/prefill-kernels-{yr:04}{mon:02}{day:02}.tsv",
+            env!("CARGO_MANIFEST_DIR")
+        )
+    });
+    let load_before = k3_bench::machine::loadavg();
+    let paths = isa::available().to_vec();
+    let thread_counts = [1usize, 2];
+    let short_reps = if opts.quick { 40 } else { 100 };
+    let llc = membw::llc_bytes().unwrap_or(32 << 20);
+    let buf = membw::buffer(16 * llc);
+    let bw: Vec<MemBw> = thread_counts
+        .iter()
+        .map(|&t| membw::measure(&buf, t, opts.reps.min(5)))
+        .collect();
+    drop(buf);
+    // (row, roof measured next to it)
+    let mut rows: Vec<(Row, roof::Roof)> = Vec::new();
+    let n_bf = 7168usize;
+    let (m_mx, n_mx) = (3072usize, 3584usize);
+    for t_pos in [1usize, 16, 64, 256] {
+        let long = t_pos == 1;
+        for &isa in &paths {
+            for &t in &thread_counts {
+                // Rows per product: the whole matrix for T = 1; else 64 rows per thread (or
+                // more, about 10 M multiply-adds per repetition).
+                let m_bf = if long {
+                    12288
+                } else {
+                    (64 * t).max((10_000_000 / (t_pos * n_bf)) / 64 * 64)
+                };
+                let m_m = if long {
+                    m_mx
+                } else {
+                    (64 * t).max((10_000_000 / (t_pos * n_mx)) / 64 * 64)
+                };
+                let experts = if long { 16 } else { 1 };
+                let reps = if long { opts.reps.min(3) } else { short_reps };
+                let w = bf16_matrix(m_bf, n_bf, 5);
+                let x = vector(t_pos * n_bf, 6);
+                let mut y = vec![0.0f32; t_pos * m_bf];
+                let mut r = Rng(10);
+                let packed: Vec<Vec<u8>> = (0..experts)
+                    .map(|_| (0..m_m * n_mx / 2).map(|_| r.next() as u8).collect())
+                    .collect();
+                let scales: Vec<Vec<u8>> = (0..experts)
+                    .map(|_| {
+                        (0..m_m * n_mx / 32)
+                            .map(|_| 115 + (r.next() % 13) as u8)
+                            .collect()
+                    })
+                    .collect();
+                let mats: Vec<Mxfp4> = (0..experts)
+                    .map(|e| Mxfp4::new(&packed[e], &scales[e], m_m, n_mx).expect("valid MXFP4"))
+                    .collect();
+                let xm = vector(t_pos * n_mx, 11);
+                let mut ym = vec![0.0f32; t_pos * m_m];
+                let k = Kernels::new(isa, t).expect("available path");
+                // Roof repetitions as long as a product repetition at the roof's speed.
+                let roof_iters =
+                    |macs: usize| (macs as u64 / (t as u64 * 12 * roof::lanes(isa))).max(10_000);
+                let macs = m_bf * n_bf * t_pos;
+                let rf = roof::measure_iters(isa, t, reps, roof_iters(macs));
+                let (best, median) = time(reps, || k.matmul_bf16(&w, m_bf, n_bf, &x, &mut y));
+                rows.push((
+                    Row {
+                        op: "bf16_matmul".into(),
+                        isa,
+                        threads: t,
+                        rows: m_bf,
+                        cols: n_bf,
+                        t: t_pos,
+                        bytes: m_bf * n_bf * 2,
+                        macs,
+                        best,
+                        median,
+                    },
+                    rf,
+                ));
+                let macs = experts * m_m * n_mx * t_pos;
+                let rf = roof::measure_iters(isa, t, reps, roof_iters(macs));
+                let (best, median) = time(reps, || {
+                    for m in &mats {
+                        k.matmul_mxfp4(m, &xm, &mut ym);
+                    }
+                });
+                rows.push((
+                    Row {
+                        op: "mxfp4_matmul".into(),
+                        isa,
+                        threads: t,
+                        rows: m_m,
+                        cols: n_mx,
+                        t: t_pos,
+                        bytes: experts * (m_m * n_mx / 2 + m_m * n_mx / 32),
+                        macs,
+                        best,
+                        median,
+                    },
+                    rf,
+                ));
+                for (r, rf) in &rows[rows.len() - 2..] {
+                    eprintln!(
+                        "  {:<13} {:<6} t{} T{:<4} {:>7.2} G multiply-adds/s  roof {:>6.2}  {:.3} of roof",
+                        r.op,
+                        isa.name(),
+                        t,
+                        t_pos,
+                        r.macs as f64 / r.best / 1e9,
+                        rf.best_macs_per_s / 1e9,
+                        r.macs as f64 / r.best / rf.best_macs_per_s
+                    );
+                }
+            }
+        }
+    }
+    let mut cmd = String::from("cargo run --release -p k3-bench --bin kernels --");
+    for a in std::env::args().skip(1) {
+        cmd.push(' ');
+        cmd.push_str(&a);
+    }
+    let mut s = String::new();
+    writeln!(s, "# k3 batched products (prefill) against the compute roof measured in the same run (issue 23)").unwrap();
+    writeln!(s, "# command: {cmd}").unwrap();
+    writeln!(s, "# date_utc: {yr:04}-{mon:02}-{day:02}").unwrap();
+    writeln!(
+        s,
+        "# cpu: {} ({}), {} CPUs, last-level cache {} bytes",
+        cpu_model(),
+        std::env::consts::ARCH,
+        k3_kernels::pool::default_threads(),
+        llc
+    )
+    .unwrap();
+    writeln!(
+        s,
+        "# loadavg before: {load_before}; after: {}",
+        k3_bench::machine::loadavg()
+    )
+    .unwrap();
+    writeln!(s, "# roof: f64 multiply + add (no FMA), 12 independent accumulators, operands in registers, per path and thread count (k3_bench::roof), measured right before each product with repetitions of the same length; best repetition after a warm-up (T = 1: {} repetitions of the whole matrix, T >= 16: {short_reps} short repetitions)", opts.reps.min(3)).unwrap();
+    writeln!(s, "# macs_per_s = multiply-adds per second, best repetition; roof_ratio = macs_per_s / roof_macs_per_s (same path and threads); membw_ratio = weight bytes per second / streaming-read bandwidth (same threads); median columns: median repetition of each").unwrap();
+    writeln!(s, "kind\top\tisa\tthreads\trows\tcols\tT\tbytes\tbest_s\tmedian_s\tmacs_per_s\troof_macs_per_s\troof_ratio\tmedian_macs_per_s\tmedian_roof_macs_per_s\tmedian_roof_ratio\tGBps\tmembw_GBps\tmembw_ratio").unwrap();
+    for (r, rf) in &rows {
+        let roof = rf.best_macs_per_s;
+        let med = r.macs as f64 / r.median;
+        let mb = bw.iter().find(|m| m.threads == r.threads).unwrap();
+        let gbps = r.bytes as f64 / r.best / 1e9;
+        writeln!(
+            s,
+            "kernel\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{:.6}\t{:.6}\t{:.4e}\t{:.4e}\t{:.3}\t{:.4e}\t{:.4e}\t{:.3}\t{:.3}\t{:.3}\t{:.3}",
+            r.op,
+            r.isa.name(),
+            r.threads,
+            r.rows,
+            r.cols,
+            r.t,
+            r.bytes,
+            r.best,
+            r.median,
+            r.macs as f64 / r.best,
+            roof,
+            r.macs as f64 / r.best / roof,
+            med,
+            rf.median_macs_per_s,
+            med / rf.median_macs_per_s,
+            gbps,
+            mb.best_bytes_per_s / 1e9,
+            gbps * 1e9 / mb.best_bytes_per_s
         )
         .unwrap();
     }

@@ -400,34 +400,6 @@ pub(crate) unsafe fn matvec_bf16(w: &[u16], cols: usize, x64: &[f64], out: &mut 
     }
 }
 
-/// `dot` of a row of f64 values (exactly widened weights) with an fp32 vector.
-///
-/// # Safety: the CPU supports NEON; the slice lengths are those `Kernels` checks (the
-/// scalar twin's contract), so every index used is in bounds; any alignment.
-#[inline(always)]
-unsafe fn dot_f64_f32(w: &[f64], x: &[f32]) -> f64 {
-    // SAFETY: this function's `# Safety` contract is the caller's promise.
-    unsafe {
-        let n = x.len();
-        let (pw, px) = (w.as_ptr(), x.as_ptr());
-        let mut acc = acc_zero();
-        let mut i = 0;
-        while i + DOT_LANES <= n {
-            let mut wv = [vdupq_n_f64(0.0); 8];
-            for (r, v) in wv.iter_mut().enumerate() {
-                *v = vld1q_f64(pw.add(i + 2 * r));
-            }
-            acc_block(&mut acc, &wv, px.add(i));
-            i += DOT_LANES;
-        }
-        let mut l = acc_lanes(&acc);
-        for j in 0..n - i {
-            l[j] += w[i + j] * x[i + j] as f64;
-        }
-        reduce16(&l)
-    }
-}
-
 /// # Safety: the CPU supports NEON; the slice lengths are those `Kernels` checks (the
 /// scalar twin's contract), so every index used is in bounds; any alignment.
 #[target_feature(enable = "neon")]
@@ -445,8 +417,9 @@ pub(crate) unsafe fn dot_bf16(w: &[u16], x: &[f32]) -> f64 {
 }
 
 /// Matrix block: w \[nr, cols\] BF16, x \[T, cols\] → out \[T, nr\]. One position: rows in pairs
-/// sharing x. Several positions: each row is widened once to f64 and reused for every
-/// position while it sits in cache.
+/// sharing x. Several positions: the portable tiled product (`scalar::tiled`: register
+/// blocks of 4 rows × 2 positions over lane groups of two, each weight widened once per 32
+/// positions).
 ///
 /// # Safety: the CPU supports NEON; the slice lengths are those `Kernels` checks (the
 /// scalar twin's contract), so every index used is in bounds; any alignment.
@@ -473,33 +446,9 @@ pub(crate) unsafe fn matmul_bf16(w: &[u16], cols: usize, x: &[f32], out: &mut [f
             }
             return;
         }
-        let mut row = vec![0.0f64; cols];
-        for (r, wr) in w.chunks_exact(cols).enumerate() {
-            widen_row_bf16(wr, &mut row);
-            for (t, xt) in x.chunks_exact(cols).enumerate() {
-                out[t * nr + r] = dot_f64_f32(&row, xt) as f32;
-            }
-        }
-    }
-}
-
-/// # Safety: the CPU supports NEON; the slice lengths are those `Kernels` checks (the
-/// scalar twin's contract), so every index used is in bounds; any alignment.
-#[inline(always)]
-unsafe fn widen_row_bf16(w: &[u16], out: &mut [f64]) {
-    // SAFETY: this function's `# Safety` contract is the caller's promise.
-    unsafe {
-        let n = w.len();
-        let mut i = 0;
-        while i + 8 <= n {
-            for (q, v) in bf16x8(w.as_ptr().add(i)).iter().enumerate() {
-                vst1q_f64(out.as_mut_ptr().add(i + 2 * q), *v);
-            }
-            i += 8;
-        }
-        for j in i..n {
-            out[j] = bf16_to_f32(w[j]) as f64;
-        }
+        // Several positions: the portable tiled product, whose two-lane accumulator groups
+        // are one NEON register each (the compiler vectorises the pairs; no fusing).
+        crate::scalar::matmul_bf16(w, cols, x, out);
     }
 }
 

@@ -130,25 +130,6 @@ pub(crate) unsafe fn matvec_mxfp4(
     }
 }
 
-/// # Safety: the CPU supports NEON; the slice lengths are those `Kernels` checks (the
-/// scalar twin's contract), so every index used is in bounds; any alignment.
-#[inline(always)]
-unsafe fn decode_row_mxfp4(packed: &[u8], scales: &[u8], out: &mut [f64]) {
-    // SAFETY: this function's `# Safety` contract is the caller's promise.
-    unsafe {
-        for (g, &s) in scales.iter().enumerate() {
-            let (tl, th) = scale_tables(s);
-            let (c0, c1) = group_codes(packed.as_ptr().add(g * GROUP / 2));
-            for (half, codes) in [c0, c1].into_iter().enumerate() {
-                let o = out.as_mut_ptr().add(g * GROUP + 16 * half);
-                for (r, v) in decode16(codes, tl, th).iter().enumerate() {
-                    vst1q_f64(o.add(2 * r), *v);
-                }
-            }
-        }
-    }
-}
-
 /// MXFP4 block: packed \[nr, cols/2\], scales \[nr, cols/32\], x \[T, cols\] → out \[T, nr\].
 ///
 /// # Safety: the CPU supports NEON; the slice lengths are those `Kernels` checks (the
@@ -176,16 +157,8 @@ pub(crate) unsafe fn matmul_mxfp4(
             }
             return;
         }
-        let mut row = vec![0.0f64; cols];
-        for r in 0..nr {
-            decode_row_mxfp4(
-                &packed[r * pb..(r + 1) * pb],
-                &scales[r * sb..(r + 1) * sb],
-                &mut row,
-            );
-            for (t, xt) in x.chunks_exact(cols).enumerate() {
-                out[t * nr + r] = dot_f64_f32(&row, xt) as f32;
-            }
-        }
+        // Several positions: the portable tiled product (each 32-column block's E8M0 scale
+        // widened once per 32 positions; two-lane accumulator groups, one NEON register each).
+        crate::scalar::matmul_mxfp4(packed, scales, cols, x, out);
     }
 }
