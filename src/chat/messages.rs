@@ -313,7 +313,7 @@ fn check_declaration_types(decl: &Object, field: &str) -> Result<()> {
 /// [`MAX_TOOL_NAME_LEN`] characters (declared tools and call names alike).
 ///
 /// Errors: naming `field`.
-pub(super) fn check_tool_name(name: &str, field: &str) -> Result<()> {
+pub fn check_tool_name(name: &str, field: &str) -> Result<()> {
     let mut chars = name.chars();
     let start = chars
         .next()

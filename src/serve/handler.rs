@@ -125,7 +125,8 @@ impl Server {
         }
     }
 
-    fn authorized(&self, req: &Request) -> Result<(), ApiError> {
+    /// The API key check: `Authorization: Bearer KEY`, or Anthropic's `x-api-key: KEY`.
+    pub(super) fn authorized(&self, req: &Request) -> Result<(), ApiError> {
         let Some(key) = &self.api_key else {
             return Ok(());
         };
@@ -135,6 +136,7 @@ impl Server {
                 h.strip_prefix("Bearer ")
                     .or_else(|| h.strip_prefix("bearer "))
             })
+            .or_else(|| req.header("x-api-key"))
             .map(str::trim);
         match given {
             Some(g) if constant_time_eq(g.as_bytes(), key.as_bytes()) => Ok(()),
@@ -160,7 +162,7 @@ impl Server {
                 .header("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
                 .header(
                     "Access-Control-Allow-Headers",
-                    "Authorization, Content-Type",
+                    "Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta",
                 )
                 .header("Access-Control-Max-Age", "600");
             return Outcome::sent(out, r);
@@ -178,6 +180,9 @@ impl Server {
             }
             return Outcome::sent(out, r);
         }
+        if path == "/v1/messages" || path.starts_with("/v1/messages/") {
+            return super::messages::route(self, req, out, n);
+        }
         if let Err(e) = self.authorized(req) {
             return Outcome::sent(out, self.error(&e));
         }
@@ -191,7 +196,7 @@ impl Server {
                     404,
                     "not_found_error",
                     format!(
-                        "{method} {path}: no such route (routes: /v1/chat/completions, /v1/completions, /v1/models, /v1/models/{{id}}, /health, /metrics)"
+                        "{method} {path}: no such route (routes: /v1/chat/completions, /v1/completions, /v1/messages, /v1/models, /v1/models/{{id}}, /health, /metrics)"
                     ),
                 );
                 return Outcome::sent(out, self.error(&e));

@@ -4,13 +4,15 @@
 //! its events into responses ([`run`], [`reply`], [`encode`]); the scheduler thread owns the
 //! session, steps every active sequence in one forward and keeps the snapshot pool
 //! ([`pool`]); [`metrics`] counts for `/metrics`; [`handler`] routes, checks the API key and
-//! logs one line per request.
+//! logs one line per request. [`messages`] is the Anthropic Messages face over the same
+//! conversation, scheduler and reply parser (its request codec is [`api::messages`]).
 //!
 //! [`Session`]: crate::generate::session::Session
 
 pub mod api;
 pub mod encode;
 pub mod handler;
+pub mod messages;
 pub mod metrics;
 pub mod pool;
 pub mod reply;

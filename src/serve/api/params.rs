@@ -214,6 +214,7 @@ mod tests {
                 min_p: 0.0,
                 seed: 0,
             },
+            sign_key: b"k".to_vec(),
         }
     }
 
