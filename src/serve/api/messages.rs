@@ -177,8 +177,9 @@ fn render(o: &Object, tok: &Tokenizer, lim: &Limits) -> Result<Rendered, ApiErro
     if let (Thinking::On(_), Some(e)) = (thinking, effort) {
         thinking = Thinking::On(e);
     }
+    // the template's rule (TOKENIZER.md §10 step 4): a named tool turns thinking off
     if matches!(tool_choice, ToolChoice::Named(_)) {
-        thinking = Thinking::Off; // the template's rule (TOKENIZER.md §10 step 4)
+        thinking = Thinking::Off;
     }
     let mut messages = system(o.get("system"))?;
     messages.extend(turns(o.get("messages"), &lim.sign_key)?);
@@ -399,6 +400,9 @@ fn turns(v: Option<&Value>, key: &[u8]) -> Result<Vec<Message>, ApiError> {
     Ok(out)
 }
 
+/// A user turn: its `tool_result` blocks become the tool results in order, then its text
+/// (wherever it stood among them) one user message after them: the template renders a call's
+/// results together, right after the assistant turn that made the calls.
 fn user_turn(
     blocks: &[Value],
     at: &str,
@@ -419,12 +423,6 @@ fn user_turn(
             }
             "tool_result" => {
                 known_keys(o, &["tool_use_id", "content", "is_error"], &at)?;
-                if !text.is_empty() {
-                    return Err(ApiError::invalid(
-                        &at,
-                        "a tool_result block comes before the text of its user turn",
-                    ));
-                }
                 let id = req_str(o, "tool_use_id", &at)?;
                 let field = format!("{at}.tool_use_id");
                 match open_calls.iter_mut().find(|(c, _)| c == id) {

@@ -509,7 +509,7 @@ fn messages_blocks_tool_round_trip_and_signatures() {
 
 #[test]
 fn thinking_budget_and_the_same_ids_as_chat_completions() {
-    let s = start(&["--ctx", "1024"], &[]);
+    let s = start(&["--ctx", "1024", "--prefill-chunk", "8"], &[]);
     // thinking off: no thinking block; the same ids as chat completions with thinking off
     let mut off = body("Tell me a story.", 8);
     off["thinking"] = json!({"type": "disabled"});
@@ -566,4 +566,32 @@ fn thinking_budget_and_the_same_ids_as_chat_completions() {
     budget["stream"] = json!(true);
     let st = accumulate(&post(&s, "/v1/messages", &budget));
     assert_eq!(comparable(st), comparable(v));
+    // a new prompt streamed: its prefill (8 positions a chunk) sends pings after
+    // message_start, and the progress comment lines
+    let mut fresh = body("Another prompt, long enough for chunks.", 2);
+    fresh["stream"] = json!(true);
+    let r = post(&s, "/v1/messages", &fresh);
+    let names: Vec<String> = events(&r).into_iter().map(|e| e.0).collect();
+    assert_eq!(names[0], "message_start");
+    assert!(names.iter().any(|n| n == "ping"), "{names:?}");
+    assert!(r.text().contains("\n: prefill 8/"), "{}", r.text());
+    // a user turn's text before its tool_result goes after the results (one user message)
+    let turns = |first: bool| {
+        let result = json!({"type": "tool_result", "tool_use_id": "t1", "content": "Sunny"});
+        let text = json!({"type": "text", "text": "Thanks."});
+        let blocks = if first {
+            json!([text, result])
+        } else {
+            json!([result, text])
+        };
+        json!({"model": MODEL, "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}],
+               "thinking": {"type": "disabled"}, "messages": [
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"city": "Paris"}}]},
+            {"role": "user", "content": blocks}]})
+    };
+    let a = post(&s, "/v1/messages/count_tokens", &turns(true)).json();
+    let b = post(&s, "/v1/messages/count_tokens", &turns(false)).json();
+    assert_eq!(a, b);
 }
