@@ -383,7 +383,7 @@ fn generate(
         logprobs: None,
         events: tx,
         ids: j.ids,
-        think_budget: j.think_budget,
+        think_budget: j.think_budget.map(Box::new),
     };
     if server.queue.submit(job).is_err() {
         let e = ApiError::other(

@@ -37,8 +37,9 @@ pub struct Job {
     pub logprobs: Option<usize>,
     /// Where the job's events go; a failed send ends the job.
     pub events: Sender<Event>,
-    /// The thinking budget (Messages' `thinking.budget_tokens`), a constraint of the turn.
-    pub think_budget: Option<ThinkBudget>,
+    /// The thinking budget (Messages' `thinking.budget_tokens`), a constraint of the turn
+    /// (boxed: a queue refusal hands the job back by value).
+    pub think_budget: Option<Box<ThinkBudget>>,
 }
 
 /// What a job's handler is told, in order: `Started`, `Progress`…, `Token`…, then `Done` or
@@ -279,7 +280,7 @@ impl Scheduler<'_> {
             Ok(None) => None,
             Ok(Some((mut seq, cached))) => {
                 // after any restore: a held snapshot carries the budget of the job that made it
-                seq.set_think_budget(job.think_budget);
+                seq.set_think_budget(job.think_budget.map(|b| *b));
                 self.metrics
                     .prefilled(job.ids.len() - cached, cached, t0.elapsed().as_secs_f64());
                 if let Some(r) = seq.stop_reason() {

@@ -186,7 +186,7 @@ fn render(o: &Object, tok: &Tokenizer, lim: &Limits) -> Result<Rendered, ApiErro
     let partial = messages.last().is_some_and(|m| m.partial);
     let req = ChatRequest {
         messages,
-        tools: (!tools.is_empty()).then(|| Value::Array(tools)),
+        tools: (!tools.is_empty()).then_some(Value::Array(tools)),
         tool_choice,
         response_format,
         thinking,
@@ -672,16 +672,14 @@ fn thinking(v: Option<&Value>) -> Result<(Thinking, Option<usize>), ApiError> {
         Some(v) => return Err(type_err("thinking", "an object", v)),
     };
     match req_str(o, "type", "thinking")? {
-        "disabled" | "adaptive" => {
+        "disabled" => {
+            known_keys(o, &[], "thinking")?;
+            Ok((Thinking::Off, None))
+        }
+        "adaptive" => {
             known_keys(o, &["display"], "thinking")?;
             display(o)?;
-            let on = req_str(o, "type", "thinking")? == "adaptive";
-            let t = if on {
-                Thinking::On(Effort::Max)
-            } else {
-                Thinking::Off
-            };
-            Ok((t, None))
+            Ok((Thinking::On(Effort::Max), None))
         }
         "enabled" => {
             known_keys(o, &["budget_tokens", "display"], "thinking")?;

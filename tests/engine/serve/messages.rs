@@ -96,10 +96,8 @@ fn accumulate(r: &Reply) -> Value {
                     t => panic!("delta type {t}"),
                 }
             }
-            "content_block_stop" => {
-                if m["content"][i]["type"] == "tool_use" {
-                    m["content"][i]["input"] = serde_json::from_str(&json_buf[i]).unwrap();
-                }
+            "content_block_stop" if m["content"][i]["type"] == "tool_use" => {
+                m["content"][i]["input"] = serde_json::from_str(&json_buf[i]).unwrap();
             }
             "message_delta" => {
                 m["stop_reason"] = d["delta"]["stop_reason"].clone();
