@@ -29,6 +29,7 @@ fuzz_target!(|data: &[u8]| {
         vocab: tok.vocab_size(),
         defaults: k3::generate::defaults::chat_defaults(std::path::Path::new("/nonexistent"))
             .expect("the fixed defaults"),
+        sign_key: b"fuzz".to_vec(),
     };
     let o = match api::parse_body(data) {
         Ok(o) => o,

@@ -23,7 +23,7 @@ pub(super) fn present<'a>(o: Option<&'a Object>, key: &str) -> Option<&'a Value>
 /// [`MAX_TOOL_NAME_LEN`] characters (declared tools and call names alike).
 ///
 /// Errors: naming `field`.
-pub(super) fn check_tool_name(name: &str, field: &str) -> Result<()> {
+pub fn check_tool_name(name: &str, field: &str) -> Result<()> {
     let mut chars = name.chars();
     let start = chars
         .next()

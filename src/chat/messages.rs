@@ -3,7 +3,8 @@
 //! path into the request (`messages[3].tool_calls[0].function.name: …`); callers prefix
 //! the file.
 
-use super::field::{bad, check_tool_name, present};
+pub use super::field::check_tool_name;
+use super::field::{bad, present};
 use super::message::{message, Message};
 
 pub use super::field::MAX_TOOL_NAME_LEN;

@@ -17,7 +17,7 @@ pub mod template;
 pub use message::{Arguments, Message, Role, ToolCall};
 pub use messages::{Effort, Request, ResponseFormat, Thinking, ToolChoice};
 pub use reply::{ReplyEvent, ReplyParser};
-pub use template::{encode, generation_stub, render, Segment};
+pub use template::{encode, generation_stub, render, think_closing, Segment};
 
 /// `<|end_of_msg|>`: ends every message (TOKENIZER.md §3, §10).
 pub const END_OF_MSG: u32 = 163_586;

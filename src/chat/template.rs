@@ -192,6 +192,16 @@ pub fn generation_stub(thinking: bool) -> Vec<Segment> {
     out.0
 }
 
+/// How the template closes the think channel and opens the response (TOKENIZER.md §10,
+/// §13): close(`think`) + open(`response`). A thinking budget (ENGINE.md §8) forces these ids
+/// once the channel is full, so the reply continues as the template writes it.
+pub fn think_closing() -> Vec<Segment> {
+    let mut out = Out::default();
+    out.close("think");
+    out.open("response", &[]);
+    out.0
+}
+
 fn role_message(out: &mut Out, m: &Message, role: &str) {
     match &m.name {
         Some(name) => out.open("message", &[("role", role), ("name", name)]),

@@ -293,6 +293,7 @@ pub fn run(argv: &[OsString]) -> Result<()> {
             ctx,
             vocab: prep.vocab(),
             defaults,
+            sign_key: prep.signing_key()?,
         },
         end_ids: end_ids.clone(),
         queue: Arc::clone(&queue),

@@ -10,6 +10,7 @@
 //! those ids as its first generated ids (then it chooses as usual), while the model still runs
 //! on every id and its logits are hashed; see DEVELOPERS.md.
 
+use super::budget::ThinkBudget;
 use super::sample::{Sampler, SamplerSettings};
 use super::spec::{SeqSpec, Speculation};
 use super::stop::{StopReason, StopRules, StopText};
@@ -108,6 +109,8 @@ pub struct Sequence {
     /// An id was already chosen from the current logits' forward (its figures are told once).
     fig_taken: bool,
     spec: SeqSpec,
+    /// The thinking budget (a constraint of ENGINE.md §8), if the turn has one.
+    budget: Option<ThinkBudget>,
 }
 
 /// A copy of a sequence at one point (ids, KDA state and conv history, MLA rows, sampler
@@ -157,6 +160,7 @@ impl Sequence {
             sweeps: 0,
             fig_taken: false,
             spec: SeqSpec::default(),
+            budget: None,
         })
     }
 
@@ -224,6 +228,12 @@ impl Sequence {
             }
             None => String::new(),
         }
+    }
+
+    /// Sets (or clears) the turn's thinking budget ([`ThinkBudget`], ENGINE.md §8): counted
+    /// from the turn's first generated id.
+    pub fn set_think_budget(&mut self, budget: Option<ThinkBudget>) {
+        self.budget = budget;
     }
 
     /// A copy of the sequence now: ids, KDA state and conv history, the MLA rows of the
@@ -308,6 +318,7 @@ impl Sequence {
             sweeps: self.sweeps,
             fig_taken: self.fig_taken,
             spec: self.spec.light(),
+            budget: self.budget.clone(),
         }
     }
 
@@ -315,7 +326,12 @@ impl Sequence {
     /// appends the id and applies the stop rules.
     fn choose(&mut self, forced: Option<u32>, tok: Option<&Tokenizer>) -> Result<Chosen> {
         let n = self.ids.len() as u64;
-        let id = match forced {
+        // the test hook first, then the budget's mask (one admitted id: no draw)
+        let masked = || {
+            let b = self.budget.as_ref()?;
+            b.forced(&self.ids[self.prompt_len..])
+        };
+        let id = match forced.or_else(masked) {
             Some(id) => id,
             None => self
                 .sampler

@@ -5,6 +5,7 @@
 //! the chat template's own refusals (TOKENIZER.md §10) name their path.
 
 mod fields;
+pub mod messages;
 mod params;
 
 use fields::{check_fields, check_model, opt_bool, opt_int_in, CHAT_ACCEPTED, COMPLETION_ACCEPTED};
@@ -150,6 +151,10 @@ pub struct Limits {
     pub vocab: usize,
     /// The checkpoint's sampler defaults (ENGINE.md §8), seed unset.
     pub defaults: SamplerSettings,
+    /// The key of the thinking signatures (`POST /v1/messages`): the model's identity, its
+    /// canonical config string and weights tag (FORMATS.md §9.1), so a signature survives
+    /// restarts and belongs to one model.
+    pub sign_key: Vec<u8>,
 }
 
 /// The request body as a JSON object, or 400 with the byte offset (and the field it stopped

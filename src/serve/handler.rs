@@ -57,7 +57,8 @@ fn percent_decoded(s: &str) -> String {
 }
 
 impl Server {
-    fn authorized(&self, req: &Request) -> Result<(), ApiError> {
+    /// The API key check: `Authorization: Bearer KEY`, or Anthropic's `x-api-key: KEY`.
+    pub(super) fn authorized(&self, req: &Request) -> Result<(), ApiError> {
         let Some(key) = &self.api_key else {
             return Ok(());
         };
@@ -67,6 +68,7 @@ impl Server {
                 h.strip_prefix("Bearer ")
                     .or_else(|| h.strip_prefix("bearer "))
             })
+            .or_else(|| req.header("x-api-key"))
             .map(str::trim);
         match given {
             Some(g) if constant_time_eq(g.as_bytes(), key.as_bytes()) => Ok(()),
@@ -136,7 +138,7 @@ impl Server {
                 .header("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
                 .header(
                     "Access-Control-Allow-Headers",
-                    "Authorization, Content-Type",
+                    "Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta",
                 )
                 .header("Access-Control-Max-Age", "600");
             return Outcome::sent(out, r);
@@ -165,6 +167,9 @@ impl Server {
             }
             return Outcome::sent(out, ui::response(req));
         }
+        if path == "/v1/messages" || path.starts_with("/v1/messages/") {
+            return super::messages::route(self, req, out, n);
+        }
         if let Err(e) = self.authorized(req) {
             return Outcome::sent(out, self.error(&e));
         }
@@ -178,7 +183,7 @@ impl Server {
                     404,
                     "not_found_error",
                     format!(
-                        "{method} {path}: no such route (routes: /v1/chat/completions, /v1/completions, /v1/models, /v1/models/{{id}}, /health, /metrics{})",
+                        "{method} {path}: no such route (routes: /v1/chat/completions, /v1/completions, /v1/messages, /v1/models, /v1/models/{{id}}, /health, /metrics{})",
                         if self.ui { ", / (the chat page)" } else { "" }
                     ),
                 );

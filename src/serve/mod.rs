@@ -6,6 +6,8 @@
 //! ([`pool`]); [`metrics`] counts for `/metrics`; [`server`] holds what the handlers share;
 //! [`handler`] routes, checks the API key and logs one line per request;
 //! [`guard`] keeps other sites out of a keyless server; [`ui`] is the chat page at `/`.
+//! [`messages`] is the Anthropic Messages face over the same conversation, scheduler and
+//! reply parser (its request codec is [`api::messages`]).
 //!
 //! [`Session`]: crate::generate::session::Session
 
@@ -13,6 +15,7 @@ pub mod api;
 pub mod encode;
 pub mod guard;
 pub mod handler;
+pub mod messages;
 pub mod metrics;
 pub mod pool;
 pub mod reply;

@@ -78,6 +78,8 @@ pub struct ReplyBuilder<'t> {
     in_think: bool,
     /// A `stop` string was found: the reply is complete.
     pub stopped: bool,
+    /// Which `stop` string was found (its index), once one was.
+    pub stop_index: Option<usize>,
 }
 
 impl<'t> ReplyBuilder<'t> {
@@ -103,6 +105,7 @@ impl<'t> ReplyBuilder<'t> {
             reasoning_tokens: 0,
             in_think: chat == Some(true),
             stopped: false,
+            stop_index: None,
         }
     }
 
@@ -180,6 +183,7 @@ impl<'t> ReplyBuilder<'t> {
                         out.push(Piece::Content(r.text));
                     }
                     self.stopped = r.stopped.is_some();
+                    self.stop_index = r.stopped;
                 }
                 ReplyEvent::ToolCallEnd { arguments, .. } => {
                     // the name came with the call's start; the parser keeps them in order

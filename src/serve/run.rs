@@ -40,7 +40,7 @@ impl Outcome {
 
     /// The client went away before the response was complete (logged as 499 with the
     /// tokens made for it so far).
-    fn gone(usage: Usage) -> Outcome {
+    pub(super) fn gone(usage: Usage) -> Outcome {
         Outcome {
             status: 499,
             usage,
@@ -63,7 +63,7 @@ enum Kind {
     Completion,
 }
 
-fn seed_source() -> impl FnMut() -> u64 {
+pub(super) fn seed_source() -> impl FnMut() -> u64 {
     // a sampled request without a seed: one from the OS (ENGINE.md §8 step 7)
     || os_seed().unwrap_or(0x9E37_79B9_7F4A_7C15)
 }
@@ -109,7 +109,7 @@ pub fn completion(server: &Server, req: &Request, out: &mut Responder<'_>, n: u6
 }
 
 /// The tool-call id prefix: a function of the prompt ids (reproducible).
-fn call_base(ids: &[u32]) -> String {
+pub(super) fn call_base(ids: &[u32]) -> String {
     let mut h = k3_kernels::Fnv1a64::new();
     for id in ids {
         h.update(&id.to_le_bytes());
@@ -148,6 +148,7 @@ fn generate(
         logprobs: params.logprobs.then_some(params.top_logprobs),
         events: tx,
         ids,
+        think_budget: None,
     };
     if server.queue.submit(job).is_err() {
         let e = ApiError::other(
@@ -194,7 +195,7 @@ const QUIET: Duration = Duration::from_millis(250);
 /// decode an event comes every step, and a handler that looked only on silence never saw a
 /// non-streaming client leave, so its slot was held to the last token. Dropping the receiver
 /// (returning `None`) is what frees the slot, at the scheduler's next send.
-fn next(rx: &Receiver<Event>, gone: &mut dyn FnMut() -> bool) -> Option<Event> {
+pub(super) fn next(rx: &Receiver<Event>, gone: &mut dyn FnMut() -> bool) -> Option<Event> {
     loop {
         match rx.recv_timeout(QUIET) {
             Ok(_) if gone() => return None,

@@ -11,6 +11,7 @@ use super::metrics::Metrics;
 use super::pool::SnapshotPool;
 use super::reply::{token_logprob, TokenLogprob};
 use crate::error::Result;
+use crate::generate::budget::ThinkBudget;
 use crate::generate::sample::SamplerSettings;
 use crate::generate::session::{Progress, Sequence, SequenceOptions, Session, StepEvent};
 use crate::generate::stop::{StopReason, StopRules};
@@ -36,6 +37,9 @@ pub struct Job {
     pub logprobs: Option<usize>,
     /// Where the job's events go; a failed send ends the job.
     pub events: Sender<Event>,
+    /// The thinking budget (Messages' `thinking.budget_tokens`), a constraint of the turn
+    /// (boxed: a queue refusal hands the job back by value).
+    pub think_budget: Option<Box<ThinkBudget>>,
 }
 
 /// What a job's handler is told, in order: `Started`, `Progress`…, `Token`…, then `Done` or
@@ -276,7 +280,9 @@ impl Scheduler<'_> {
         })();
         match res {
             Ok(None) => None,
-            Ok(Some((seq, cached))) => {
+            Ok(Some((mut seq, cached))) => {
+                // after any restore: a held snapshot carries the budget of the job that made it
+                seq.set_think_budget(job.think_budget.map(|b| *b));
                 self.metrics
                     .prefilled(job.ids.len() - cached, cached, t0.elapsed().as_secs_f64());
                 if let Some(r) = seq.stop_reason() {

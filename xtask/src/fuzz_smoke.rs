@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::Instant;
 
 /// Every target in fuzz/Cargo.toml.
-pub const TARGETS: [&str; 10] = [
+pub const TARGETS: [&str; 11] = [
     "json",
     "config",
     "safetensors_header",
@@ -23,6 +23,7 @@ pub const TARGETS: [&str; 10] = [
     "chat_reply",
     "http_request",
     "serve_request",
+    "messages_request",
 ];
 
 const DEFAULT_SECONDS: u64 = 30;

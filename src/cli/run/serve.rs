@@ -70,6 +70,16 @@ impl ServePrepared {
     pub(crate) fn parallel(&self) -> usize {
         self.req.parallel
     }
+    /// The key of the server's signatures (thinking blocks of `POST /v1/messages`): the
+    /// canonical config string and the weights tag (FORMATS.md §9.1), the model's identity.
+    ///
+    /// Errors: a shard header that cannot be read for the weights tag (exit 4).
+    pub(crate) fn signing_key(&self) -> Result<Vec<u8>> {
+        let id = super::state::identity(&self.inp, &self.index, &self.census)?;
+        let mut key = id.canonical.into_bytes();
+        key.extend_from_slice(&id.weights_tag.to_le_bytes());
+        Ok(key)
+    }
     /// The plan's one-line summary for the startup line: budget name and total.
     pub(crate) fn plan_summary(&self) -> String {
         format!(

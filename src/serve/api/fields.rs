@@ -279,6 +279,7 @@ mod tests {
                 min_p: 0.0,
                 seed: 0,
             },
+            sign_key: b"k".to_vec(),
         };
         assert!(check_model(&obj(r#"{"model": "m"}"#), &lim).is_ok());
         let e = check_model(&obj(r#"{"model": "x"}"#), &lim).unwrap_err();

@@ -241,6 +241,7 @@ mod tests {
                 min_p: 0.0,
                 seed: 0,
             },
+            sign_key: b"k".to_vec(),
         }
     }
 
