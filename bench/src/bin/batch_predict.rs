@@ -129,7 +129,11 @@ fn run() -> Result<(), String> {
             let p = match plan_run(&s, &budget, None) {
                 Ok(p) => p,
                 Err(e) => {
-                    let _ = writeln!(t, "{g}\t{b}\trefused: {}", e.message.replace('\t', " "));
+                    let _ = writeln!(
+                        t,
+                        "{g}\t{b}\trefused: {}",
+                        k3::Error::from(e).message.replace('\t', " ")
+                    );
                     continue;
                 }
             };
