@@ -14,7 +14,7 @@
 use super::api::messages::{self as codec, error_body, thinking_signature};
 use super::api::ApiError;
 use super::encode::{self, Usage};
-use super::handler::Server;
+use super::server::Server;
 use super::reply::{Piece, ReplyBuilder};
 use super::run::{call_base, next, seed_source, Outcome};
 use super::sched::{Event, Job};
