@@ -411,6 +411,7 @@ mod tests {
             settings: SamplerSettings::greedy(),
             max_tokens: 1,
             logprobs: None,
+            think_budget: None,
             events: std::sync::mpsc::channel().0,
         }
     }
