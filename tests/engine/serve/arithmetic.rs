@@ -99,6 +99,7 @@ fn limits() -> Limits {
             min_p: 0.0,
             seed: 0,
         },
+        sign_key: b"k".to_vec(),
     }
 }
 
