@@ -164,6 +164,14 @@ fn serve_flags(a: &Args) -> Result<ServeFlags> {
             "{source}: empty; give a non-empty key (or {instead} to serve 127.0.0.1 without one)"
         )));
     }
+    // HTTP trims a header value's surrounding whitespace (and the key check trims it too), so
+    // a key with any could never be sent: every request would be 401
+    if let Some((source, _, _)) = api_key.as_ref().filter(|(_, _, k)| k.trim() != k.as_str()) {
+        return Err(Error::invalid(format!(
+            "{source}: the key starts or ends with whitespace, which an HTTP header cannot carry \
+             (every request would be refused); give the key without it"
+        )));
+    }
     let api_key = api_key.map(|(_, _, k)| k);
     if !ip.is_loopback() && api_key.is_none() {
         return Err(Error::invalid(format!(

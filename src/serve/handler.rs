@@ -126,8 +126,14 @@ impl Server {
         let path = req.path();
         let method = req.method.as_str();
         if let Err(e) = self.guarded(req) {
-            // no CORS headers for a refused Host or Origin, --cors or not
-            let r = Response::new(e.status, "application/json", e.body().into_bytes());
+            // no CORS headers for a refused Host or Origin, --cors or not; the Messages
+            // routes answer in Anthropic's shape, as all their other refusals
+            let body = if path == "/v1/messages" || path.starts_with("/v1/messages/") {
+                super::api::messages::error_body(&e)
+            } else {
+                e.body()
+            };
+            let r = Response::new(e.status, "application/json", body.into_bytes());
             let mut o = Outcome::sent(out, r);
             o.error = Some("host/origin".into());
             return o;

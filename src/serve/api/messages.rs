@@ -82,9 +82,13 @@ struct Rendered {
 /// The error body in Anthropic's shape: `{"type": "error", "error": {"type", "message"}}`
 /// (`server_error` is Anthropic's `api_error`; the status stays the server's).
 pub fn error_body(e: &ApiError) -> String {
-    let kind = match e.kind {
-        "server_error" => "api_error",
-        k => k,
+    // Anthropic names a type per status where the OpenAI shape does not: an unknown model
+    // is OpenAI's `invalid_request_error` with code `model_not_found`, Anthropic's
+    // `not_found_error`.
+    let kind = match (e.status, e.kind) {
+        (404, _) => "not_found_error",
+        (_, "server_error") => "api_error",
+        (_, k) => k,
     };
     let err = Object::new()
         .with("type", kind)
@@ -831,5 +835,7 @@ mod tests {
         );
         let s = error_body(&ApiError::other(500, "server_error", "x"));
         assert!(s.contains("\"api_error\""), "{s}");
+        let s = error_body(&ApiError::model_not_found("claude-x", "k3"));
+        assert!(s.contains("\"not_found_error\""), "{s}");
     }
 }

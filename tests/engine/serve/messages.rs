@@ -424,6 +424,19 @@ fn bad_messages_requests_are_refused_naming_the_field() {
     assert_eq!(r.json()["usage"]["output_tokens"], 3);
 }
 
+/// A keyless server's Host/Origin refusal on the Messages routes was OpenAI's error shape
+/// (`{"error": {…}}`), which Anthropic clients cannot read: Anthropic's shape, as every other
+/// refusal of these routes.
+#[test]
+fn a_refused_origin_on_messages_is_an_anthropic_error() {
+    let s = start(&[], &[]);
+    for path in ["/v1/messages", "/v1/messages/count_tokens"] {
+        let r = post_with(&s, path, &["Origin: https://evil.example"], &body("hi", 2));
+        assert_error(&r, 403, Some("Origin"));
+        assert_eq!(r.json()["error"]["type"], "permission_error");
+    }
+}
+
 #[test]
 fn messages_blocks_tool_round_trip_and_signatures() {
     let s = start(&["--ctx", "1024"], &[("K3_TEST_FORCE_IDS", TOOL_REPLY)]);

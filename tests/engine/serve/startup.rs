@@ -38,6 +38,20 @@ fn an_empty_api_key_is_exit_2_naming_its_source() {
     assert!(e.contains("K3_API_KEY") && e.contains("empty"), "{e}");
 }
 
+/// A key with surrounding whitespace could never be sent (HTTP trims header values): every
+/// request was 401. Refused, exit 2 naming the flag or the variable.
+#[test]
+fn an_api_key_with_surrounding_whitespace_is_exit_2_naming_its_source() {
+    for key in [" x", "x ", "x\n", "  "] {
+        let (code, e) = refused(&["--api-key", key], &[]);
+        assert_eq!(code, Some(2), "{key:?}: {e}");
+        assert!(e.contains("--api-key") && e.contains("whitespace"), "{e}");
+    }
+    let (code, e) = refused(&[], &[("K3_API_KEY", "x ")]);
+    assert_eq!(code, Some(2), "{e}");
+    assert!(e.contains("K3_API_KEY") && e.contains("whitespace"), "{e}");
+}
+
 #[test]
 fn a_port_in_use_is_exit_2_naming_the_address() {
     let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
