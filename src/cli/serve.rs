@@ -79,13 +79,15 @@ pub(crate) fn specs() -> Vec<Spec> {
 
 const USAGE: &str = "\
 usage: k3 serve <model_dir> [options]
-  An OpenAI-compatible HTTP/1.1 server: POST /v1/chat/completions, POST /v1/completions,
-  GET /v1/models, GET /health (503 until loaded), GET /metrics, and a chat page at
-  http://ADDR:PORT/ (docs/cli.md, README).
+  An HTTP/1.1 server with the OpenAI and Anthropic APIs: POST /v1/chat/completions,
+  POST /v1/completions, POST /v1/messages, POST /v1/messages/count_tokens, GET /v1/models,
+  GET /health (503 until loaded), GET /metrics, and a chat page at http://ADDR:PORT/
+  (docs/cli.md, README).
   --port N             port (default 8000; 0 picks a free one, printed)
   --host ADDR          address to bind (default 127.0.0.1; any other needs an API key)
-  --api-key KEY        require `Authorization: Bearer KEY` (also K3_API_KEY); without a key,
-                       requests for another Host or from another site's page get 403
+  --api-key KEY        require `Authorization: Bearer KEY` or `x-api-key: KEY` (also
+                       K3_API_KEY); without a key, requests for another Host or from
+                       another site's page get 403
   --parallel N         sequences decoding together, planned up front (default 4)
   --queue N            requests waiting for a slot at most; more get 503 (default 64)
   --snapshots N        prompt snapshots kept for prefix reuse, planned (default: --parallel)

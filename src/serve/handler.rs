@@ -80,7 +80,7 @@ impl Server {
             None => Err(ApiError::other(
                 401,
                 "authentication_error",
-                "Authorization: missing; send `Authorization: Bearer <key>` (the server was started with an API key)",
+                "Authorization: missing; send `Authorization: Bearer <key>` or `x-api-key: <key>` (the server was started with an API key)",
             )),
         }
     }

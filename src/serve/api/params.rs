@@ -193,7 +193,7 @@ pub(super) fn check_length(
     let prompt = match stub {
         0 => format!("{ids} tokens"),
         s => format!(
-            "{} tokens as usage.prompt_tokens counts them, {ids} positions with the {s} that \
+            "{} tokens as the reply's usage counts them, {ids} positions with the {s} that \
              open the reply",
             ids - s
         ),
@@ -374,7 +374,7 @@ mod tests {
         let e = check_length(89, 3, &p, &lim(), "messages").unwrap_err();
         assert!(
             e.message.contains(
-                "the prompt (86 tokens as usage.prompt_tokens counts them, 89 positions with \
+                "the prompt (86 tokens as the reply's usage counts them, 89 positions with \
                  the 3 that open the reply) + max_tokens (20)"
             ),
             "{}",

@@ -160,7 +160,7 @@ fn the_context_refusal_counts_the_prompt_as_usage_does() {
     let m = v["error"]["message"].as_str().unwrap();
     assert!(
         m.contains(&format!(
-            "the prompt ({n} tokens as usage.prompt_tokens counts them, {} positions with the 3 \
+            "the prompt ({n} tokens as the reply's usage counts them, {} positions with the 3 \
              that open the reply)",
             n + 3
         )),
