@@ -26,6 +26,8 @@ const SKIP: &[(&str, &str, &str)] = &[
     ("README.md", "k3 sim-cache <expert_trace.bin>", "needs a routing trace from a run with --dump-cache-trace; tests/engine/stream/sim_cache.rs replays one"),
     ("README.md", "k3 serve tests/fixtures/tiny-k3-text --port 8000", "a server that runs until stopped, on a fixed port; tests/engine/serve/ runs it on a free port and tests/serve/openai_client.py runs the Python example"),
     ("README.md", "curl -s http://127.0.0.1:8000", "talks to the server above"),
+    ("README.md", "k3 serve <model_dir> --port 8000", "the server for Claude Code: runs until stopped, on a fixed port; tests/engine/serve/messages.rs and tests/serve/anthropic_client.py run the Messages API on a free port"),
+    ("README.md", "ANTHROPIC_BASE_URL=", "starts Claude Code, which is not installed here and talks to the server above"),
 ];
 
 /// Files the docs' commands read that the docs leave to the reader.
@@ -145,8 +147,10 @@ fn run_sh(dir: &Path, cmd: &str) -> Ran {
         bin.parent().unwrap().display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let o = Command::new("sh")
-        .arg("-c")
+    // Bounded: a command that does not end (a server the skip list missed) fails the test
+    // with exit 124 instead of hanging the suite.
+    let o = Command::new("timeout")
+        .args(["--kill-after=5", "300", "sh", "-c"])
         .arg(cmd)
         .current_dir(dir)
         .env("PATH", path)
