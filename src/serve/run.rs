@@ -319,11 +319,7 @@ fn stream(
     r: &mut Running<'_>,
     head: &Head,
 ) -> Outcome {
-    let mut headers = vec![
-        ("Content-Type".to_string(), "text/event-stream".to_string()),
-        ("Cache-Control".to_string(), "no-cache".to_string()),
-    ];
-    headers.extend(server.cors_headers());
+    let headers = server.sse_headers();
     // the first event says whether the job started: a failure before it is a plain 500
     let first = match next(rx, &mut || out.disconnected()) {
         Some(Event::Failed(m)) => return r.failed(server, out, &m),

@@ -86,4 +86,15 @@ impl Server {
             None => Vec::new(),
         }
     }
+
+    /// The headers of an SSE response (every API's stream): the event-stream type, no
+    /// caching, and the CORS headers.
+    pub(super) fn sse_headers(&self) -> Vec<(String, String)> {
+        let mut h = vec![
+            ("Content-Type".to_string(), "text/event-stream".to_string()),
+            ("Cache-Control".to_string(), "no-cache".to_string()),
+        ];
+        h.extend(self.cors_headers());
+        h
+    }
 }
