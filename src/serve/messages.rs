@@ -14,10 +14,10 @@
 use super::api::messages::{self as codec, error_body, thinking_signature};
 use super::api::ApiError;
 use super::encode::{self, Usage};
-use super::handler::Server;
 use super::reply::{Piece, ReplyBuilder};
 use super::run::{call_base, next, seed_source, Outcome};
 use super::sched::{Event, Job};
+use super::server::Server;
 use crate::generate::stop::StopReason;
 use crate::http::{Request, Responder, Response, Stream};
 use crate::json::{Object, Value};

@@ -412,6 +412,7 @@ mod tests {
             max_tokens: 1,
             logprobs: None,
             events: std::sync::mpsc::channel().0,
+            think_budget: None,
         }
     }
 
