@@ -93,6 +93,8 @@ struct Open {
 /// `output` is the `item` of each `response.output_item.done` ([`Items::output`]).
 pub struct Items<'c> {
     base: String,
+    /// The signing key when reasoning items carry `encrypted_content`.
+    encrypt: Option<&'c [u8]>,
     custom: &'c [String],
     open: Option<Open>,
     next: usize,
@@ -105,9 +107,10 @@ fn ev(kind: &str) -> Object {
 impl<'c> Items<'c> {
     /// No item yet; `base` (the request's hash) makes the item ids reproducible; calls of the
     /// `custom` tools become `custom_tool_call` items.
-    pub fn new(base: &str, custom: &'c [String]) -> Items<'c> {
+    pub fn new(base: &str, custom: &'c [String], encrypt: Option<&'c [u8]>) -> Items<'c> {
         Items {
             base: base.to_string(),
+            encrypt,
             custom,
             open: None,
             next: 0,
@@ -174,10 +177,14 @@ impl<'c> Items<'c> {
                 .with("content_index", 0u64)
                 .with("part", Self::part(part, &o.text)),
         );
+        let mut item = Self::item(&o, "completed");
+        if let (Some(key), "reasoning") = (self.encrypt, o.kind) {
+            item.insert("encrypted_content", codec::encrypted_content(key, &o.text));
+        }
         out.push(
             ev("response.output_item.done")
                 .with("output_index", o.index)
-                .with("item", Self::item(&o, "completed")),
+                .with("item", item),
         );
     }
 
@@ -491,7 +498,11 @@ fn generate(server: &Server, out: &mut Responder<'_>, j: ResponsesJob, n: u64) -
     }
     let mut r = Running {
         b: ReplyBuilder::new(&server.tok, Some(j.thinking), &[], &server.end_ids, base),
-        items: Items::new(&hash, &j.custom),
+        items: Items::new(
+            &hash,
+            &j.custom,
+            j.encrypted.then_some(server.limits.sign_key.as_slice()),
+        ),
         usage: Usage {
             prompt_tokens,
             ..Usage::default()
@@ -652,7 +663,7 @@ mod tests {
     #[test]
     fn items_from_pieces() {
         let custom = vec!["apply_patch".to_string()];
-        let mut it = Items::new("abc", &custom);
+        let mut it = Items::new("abc", &custom, None);
         let mut evs = Vec::new();
         for p in [
             Piece::Reasoning("Let me ".into()),

@@ -88,6 +88,38 @@ pub struct ResponsesJob {
     pub built_in: Vec<String>,
     /// The request's `reasoning.effort` as given (echoed in the response), if any.
     pub effort: Option<String>,
+    /// `include` names `reasoning.encrypted_content`: reasoning items carry it.
+    pub encrypted: bool,
+}
+
+/// The `encrypted_content` of a reasoning item: `k3e1.` + the thinking signature's HMAC
+/// ([`super::messages::thinking_signature`]) + `.` + the reasoning text in hex. Not a secret
+/// (the text is only encoded; anyone with the checkpoint can compute the HMAC): it lets a
+/// client that keeps nothing but this string (as Codex CLI does with `store: false`) give the
+/// reasoning back, and the server check it is the model's own, unchanged.
+pub fn encrypted_content(key: &[u8], text: &str) -> String {
+    let sig = super::messages::thinking_signature(key, text);
+    let mut s = format!("k3e1.{}.", sig.trim_start_matches("k3s1."));
+    for b in text.as_bytes() {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
+/// The reasoning text of an `encrypted_content` this model wrote, or None.
+fn decrypted(key: &[u8], s: &str) -> Option<String> {
+    let rest = s.strip_prefix("k3e1.")?;
+    let (_, hex) = rest.split_once('.')?;
+    if hex.len() % 2 != 0 {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect();
+    let text = String::from_utf8(bytes?).ok()?;
+    let want = encrypted_content(key, &text);
+    crate::serve::handler::constant_time_eq(s.as_bytes(), want.as_bytes()).then_some(text)
 }
 
 /// Decodes a Responses request: fields (unknown ones refused), the model, the conversation
@@ -113,7 +145,7 @@ pub fn responses_job(
         }
     }
     check_model(o, lim)?;
-    include(o)?;
+    let encrypted = include(o)?;
     if let Some(v) = get(o, "parallel_tool_calls").filter(|v| v.as_bool().is_none()) {
         return Err(type_err("parallel_tool_calls", "a boolean", v));
     }
@@ -135,7 +167,7 @@ pub fn responses_job(
         Some(Value::String(s)) => messages.push(plain(Role::System, Some(vec![s.clone()]))),
         Some(v) => return Err(type_err("instructions", "a string", v)),
     }
-    messages.extend(input(get(o, "input"))?);
+    messages.extend(input(get(o, "input"), &lim.sign_key)?);
     let partial = messages.last().is_some_and(|m| m.partial);
     let req = ChatRequest {
         messages,
@@ -165,12 +197,14 @@ pub fn responses_job(
         custom,
         built_in,
         effort,
+        encrypted,
     })
 }
 
-fn include(o: &Object) -> Result<(), ApiError> {
+/// `include`: known values only; whether it names `reasoning.encrypted_content`.
+fn include(o: &Object) -> Result<bool, ApiError> {
     let list = match get(o, "include") {
-        None => return Ok(()),
+        None => return Ok(false),
         Some(Value::Array(a)) => a,
         Some(v) => return Err(type_err("include", "an array of strings", v)),
     };
@@ -187,7 +221,9 @@ fn include(o: &Object) -> Result<(), ApiError> {
             v => return Err(type_err(&at, "a string", v)),
         }
     }
-    Ok(())
+    Ok(list
+        .iter()
+        .any(|v| v.as_str() == Some("reasoning.encrypted_content")))
 }
 
 /// Every non-null member of an item is one its type knows (`id` and `status`, which clients
@@ -264,7 +300,7 @@ impl Turn {
 }
 
 /// `input` → chat messages.
-fn input(v: Option<&Value>) -> Result<Vec<Message>, ApiError> {
+fn input(v: Option<&Value>, key: &[u8]) -> Result<Vec<Message>, ApiError> {
     let items = match v {
         Some(Value::String(s)) => return Ok(vec![plain(Role::User, Some(vec![s.clone()]))]),
         Some(Value::Array(a)) if a.is_empty() => {
@@ -360,6 +396,28 @@ fn input(v: Option<&Value>) -> Result<Vec<Message>, ApiError> {
                     }
                 };
                 let mut text = take("content", "reasoning_text")?;
+                match get(o, "encrypted_content") {
+                    None => {}
+                    Some(Value::String(e)) => {
+                        let field = format!("{at}.encrypted_content");
+                        let Some(d) = decrypted(key, e) else {
+                            return Err(ApiError::invalid(
+                                &field,
+                                "not an encrypted_content this model wrote (changed, or another model's); give the item back as it was sent, or leave it out",
+                            ));
+                        };
+                        if !text.is_empty() && text != d {
+                            return Err(ApiError::invalid(
+                                &field,
+                                "does not hold the reasoning text of this item's content",
+                            ));
+                        }
+                        text = d;
+                    }
+                    Some(v) => {
+                        return Err(type_err(&format!("{at}.encrypted_content"), "a string", v))
+                    }
+                }
                 if text.is_empty() {
                     text = take("summary", "summary_text")?;
                 }

@@ -99,6 +99,9 @@ fn accumulate(r: &Reply) -> Value {
             }
             "response.output_item.done" => {
                 output[oi]["status"] = d["item"]["status"].clone();
+                if d["item"].get("encrypted_content").is_some() {
+                    output[oi]["encrypted_content"] = d["item"]["encrypted_content"].clone();
+                }
                 assert_eq!(output[oi], d["item"]);
             }
             _ => {}
@@ -387,6 +390,48 @@ fn responses_items_round_trip_and_stream() {
             .as_u64()
             .unwrap()
             > 0
+    );
+    // include reasoning.encrypted_content: the reasoning item carries it, streamed == whole;
+    // given back alone (no content, as Codex CLI keeps it) it renders the same prompt, and a
+    // changed one is refused naming it
+    let mut eb = b.clone();
+    eb["include"] = json!(["reasoning.encrypted_content"]);
+    let e = post(&s, "/v1/responses", &eb).json();
+    let enc = e["output"][0]["encrypted_content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(enc.starts_with("k3e1."), "{e}");
+    eb["stream"] = json!(true);
+    assert_eq!(
+        comparable(accumulate(&post(&s, "/v1/responses", &eb))),
+        comparable(e.clone())
+    );
+    let mut bare = follow.clone();
+    bare["input"][1] = json!({"type": "reasoning", "summary": [], "encrypted_content": enc});
+    let fb = post(&s, "/v1/responses", &bare);
+    assert_eq!(fb.status, 200, "{}", fb.text());
+    assert_eq!(
+        fb.json()["usage"]["input_tokens"],
+        f.json()["usage"]["input_tokens"]
+    );
+    assert_eq!(
+        fb.json()["usage"]["input_tokens_details"]["cached_tokens"],
+        fb.json()["usage"]["input_tokens"]
+    );
+    let mut changed = bare.clone();
+    changed["input"][1]["encrypted_content"] = json!(enc.replace("k3e1.", "k3e1.0"));
+    assert_error(
+        &post(&s, "/v1/responses", &changed),
+        400,
+        Some("input[1].encrypted_content"),
+    );
+    let mut other = bare.clone();
+    other["input"][1]["content"] = json!([{"type": "reasoning_text", "text": "Something else."}]);
+    assert_error(
+        &post(&s, "/v1/responses", &other),
+        400,
+        Some("input[1].encrypted_content"),
     );
     // a custom tool's call comes back as a custom_tool_call item with its input
     let cb = json!({"model": MODEL, "max_output_tokens": 100, "input": "Weather in Paris?",
