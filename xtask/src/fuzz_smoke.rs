@@ -24,6 +24,7 @@ pub const TARGETS: [&str; 11] = [
     "http_request",
     "serve_request",
     "messages_request",
+    "responses_request",
 ];
 
 const DEFAULT_SECONDS: u64 = 30;
