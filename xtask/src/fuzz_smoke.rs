@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::Instant;
 
 /// Every target in fuzz/Cargo.toml.
-pub const TARGETS: [&str; 11] = [
+pub const TARGETS: [&str; 12] = [
     "json",
     "config",
     "safetensors_header",
