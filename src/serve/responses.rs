@@ -8,8 +8,10 @@
 //! reasoning and argument deltas, `response.completed` / `.incomplete` / `.failed`), each with
 //! its `sequence_number` and `event:` line, no `[DONE]`; the whole reply's `output` is the
 //! items of the same events' `response.output_item.done`, so the streamed reply and the whole
-//! one agree by construction. Errors are in OpenAI's shape naming the field. k3 keeps no
-//! responses: `store` is accepted and nothing is stored; `previous_response_id` is refused.
+//! one agree by construction. Errors are in OpenAI's shape naming the field. A response with
+//! `store` (the default) is kept with its conversation in a bounded in-memory [`Store`]:
+//! `previous_response_id` puts that conversation before the new `input`, and
+//! `GET /v1/responses/{id}` answers it; an unknown or evicted id is 404 naming it.
 
 use super::api::responses::{self as codec, ResponsesJob};
 use super::api::ApiError;
@@ -24,18 +26,81 @@ use crate::json::{Object, Value};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 
-/// Routes `POST /v1/responses` (the key, the method, the model loaded).
+/// How many stored responses are kept (the oldest is evicted first).
+pub const STORE_MAX: usize = 256;
+
+/// The stored responses: each id with its conversation (input items, then output items) and
+/// its response object; bounded by [`STORE_MAX`], in memory only (a restart forgets them).
+#[derive(Default)]
+pub struct Store {
+    held: std::sync::Mutex<std::collections::VecDeque<(String, Vec<Value>, Value)>>,
+}
+
+impl Store {
+    fn put(&self, id: &str, items: Vec<Value>, response: Value) {
+        let mut h = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        if h.len() >= STORE_MAX {
+            h.pop_front();
+        }
+        h.push_back((id.to_string(), items, response));
+    }
+
+    fn get(&self, id: &str) -> Option<(Vec<Value>, Value)> {
+        let h = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        h.iter()
+            .find(|(i, _, _)| i == id)
+            .map(|(_, c, r)| (c.clone(), r.clone()))
+    }
+}
+
+fn unknown_id(id: &str, field: &str) -> ApiError {
+    let mut e = ApiError::invalid(
+        field,
+        format!("no stored response {id:?} (never stored with `store`, or evicted: the server keeps the last {STORE_MAX}, in memory)"),
+    );
+    e.status = 404;
+    e
+}
+
+/// `input` as items (a string is one user message).
+fn items_of(v: Option<&Value>) -> Vec<Value> {
+    match v {
+        Some(Value::String(s)) => vec![Object::new()
+            .with("role", "user")
+            .with("content", s.as_str())
+            .into()],
+        Some(Value::Array(a)) => a.clone(),
+        _ => Vec::new(),
+    }
+}
+
+/// Routes `POST /v1/responses` and `GET /v1/responses/{id}` (the key, the method, the model
+/// loaded).
 pub fn route(server: &Server, req: &Request, out: &mut Responder<'_>, n: u64) -> Outcome {
     if let Err(e) = server.authorized(req) {
         return refused(server, out, &e);
     }
     let path = req.path();
+    if let Some(id) = path.strip_prefix("/v1/responses/") {
+        if req.method != "GET" {
+            let e = ApiError::other(
+                405,
+                "invalid_request_error",
+                format!("{} {path}: method not allowed; use GET", req.method),
+            );
+            return Outcome::sent(out, server.error(&e).header("Allow", "GET"));
+        }
+        return match server.stored.get(id) {
+            Some((_, r)) => Outcome::sent(out, server.json(200, r.to_json())),
+            None => refused(server, out, &unknown_id(id, "id")),
+        };
+    }
     if path != "/v1/responses" {
         let e = ApiError::other(
             404,
             "not_found_error",
             format!(
-                "{} {path}: no such route (k3 keeps no responses to get; routes: /v1/responses)",
+                "{} {path}: no such route (routes: /v1/responses, /v1/responses/{{id}})",
                 req.method
             ),
         );
@@ -59,8 +124,28 @@ pub fn route(server: &Server, req: &Request, out: &mut Responder<'_>, n: u64) ->
         );
         return refused(server, out, &e);
     }
-    let job = super::api::parse_body(&req.body)
-        .and_then(|o| codec::responses_job(&o, &server.tok, &server.limits, &mut seed_source()));
+    let mut store = None;
+    let job = super::api::parse_body(&req.body).and_then(|mut o| {
+        // a continuation: the stored conversation, then this input
+        if let Some(prev) = o.remove("previous_response_id").filter(|v| !v.is_null()) {
+            let Some(id) = prev.as_str() else {
+                return Err(ApiError::invalid(
+                    "previous_response_id",
+                    "expected a string",
+                ));
+            };
+            let (mut items, _) = server
+                .stored
+                .get(id)
+                .ok_or_else(|| unknown_id(id, "previous_response_id"))?;
+            items.extend(items_of(o.get("input")));
+            o.insert("input", items);
+        }
+        if o.get("store").and_then(Value::as_bool) != Some(false) {
+            store = Some(items_of(o.get("input")));
+        }
+        codec::responses_job(&o, &server.tok, &server.limits, &mut seed_source())
+    });
     match job {
         Err(e) => refused(server, out, &e),
         Ok(j) => {
@@ -69,7 +154,7 @@ pub fn route(server: &Server, req: &Request, out: &mut Responder<'_>, n: u64) ->
                     "k3 serve: req-{n} POST /v1/responses: a built-in tool of type {t:?} accepted and not offered (k3 runs no hosted tools)"
                 );
             }
-            generate(server, out, j, n)
+            generate(server, out, j, n, store)
         }
     }
 }
@@ -366,6 +451,7 @@ struct Echo<'a> {
     temperature: f64,
     top_p: f64,
     effort: Option<String>,
+    store: bool,
 }
 
 fn response(
@@ -401,7 +487,7 @@ fn response(
                 .with("effort", e.effort.as_deref())
                 .with("summary", Value::Null),
         )
-        .with("store", false)
+        .with("store", e.store)
         .with("temperature", e.temperature)
         .with("top_p", e.top_p)
         .with("tool_choice", "auto")
@@ -461,7 +547,26 @@ fn failed(message: &str) -> ApiError {
     ApiError::other(500, "server_error", format!("generation failed: {message}"))
 }
 
-fn generate(server: &Server, out: &mut Responder<'_>, j: ResponsesJob, n: u64) -> Outcome {
+/// Stores a finished response (when the request asked to) under its id.
+fn keep(server: &Server, store: Option<Vec<Value>>, resp: &Object) {
+    let Some(mut items) = store else {
+        return;
+    };
+    if let Some(Value::Array(o)) = resp.get("output") {
+        items.extend(o.iter().cloned());
+    }
+    let id = resp.get("id").and_then(Value::as_str).unwrap_or("");
+    server.stored.put(id, items, Value::from(resp.clone()));
+}
+
+fn generate(
+    server: &Server,
+    out: &mut Responder<'_>,
+    j: ResponsesJob,
+    n: u64,
+    store: Option<Vec<Value>>,
+) -> Outcome {
+    let stored = store.is_some();
     let (tx, rx) = mpsc::channel();
     let prompt_tokens = j.ids.len() - j.stub;
     let base = call_base(&j.ids);
@@ -476,6 +581,7 @@ fn generate(server: &Server, out: &mut Responder<'_>, j: ResponsesJob, n: u64) -
         temperature: j.params.settings.temperature,
         top_p: j.params.settings.top_p,
         effort: j.effort.clone(),
+        store: stored,
     };
     let job = Job {
         max_tokens: j.params.max_tokens.unwrap_or(1),
@@ -510,7 +616,7 @@ fn generate(server: &Server, out: &mut Responder<'_>, j: ResponsesJob, n: u64) -
         why: None,
     };
     if j.params.stream {
-        return stream(server, out, &rx, &mut r, &echo);
+        return stream(server, out, &rx, &mut r, &echo, store);
     }
     let mut events = Vec::new();
     loop {
@@ -536,7 +642,9 @@ fn generate(server: &Server, out: &mut Responder<'_>, j: ResponsesJob, n: u64) -
     r.finish(&mut events);
     let u = r.final_usage();
     let st = status(&r.b, r.why);
-    let body = Value::from(response(&echo, st, Items::output(&events), Some(&u), None)).to_json();
+    let resp = response(&echo, st, Items::output(&events), Some(&u), None);
+    keep(server, store, &resp);
+    let body = Value::from(resp).to_json();
     let mut o = Outcome::sent(out, server.json(200, body));
     o.usage = u;
     o
@@ -556,6 +664,7 @@ fn stream(
     rx: &mpsc::Receiver<Event>,
     r: &mut Running<'_>,
     echo: &Echo<'_>,
+    store: Option<Vec<Value>>,
 ) -> Outcome {
     let mut headers = vec![
         ("Content-Type".to_string(), "text/event-stream".to_string()),
@@ -633,6 +742,7 @@ fn stream(
     let u = r.final_usage();
     let st = status(&r.b, r.why);
     let resp = response(echo, st, Items::output(&all), Some(&u), None);
+    keep(server, store, &resp);
     evs.push(ev_with(
         if st == "incomplete" {
             "response.incomplete"

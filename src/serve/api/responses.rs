@@ -38,9 +38,8 @@ const ACCEPTED: &[&str] = &[
     "include",
     "parallel_tool_calls",
 ];
-/// Fields accepted and ignored (Codex CLI and the `openai` client send them): k3 keeps no
-/// response (`store` is accepted and nothing is stored; `previous_response_id` is refused),
-/// request metadata, prompt-cache keys (every held prefix is reused anyway), the service tier,
+/// Fields accepted and ignored here (Codex CLI and the `openai` client send them): `store`
+/// (read by the route, which keeps the response), request metadata, prompt-cache keys (every held prefix is reused anyway), the service tier,
 /// `text` (verbosity and the plain-text format), truncation, user ids.
 pub const IGNORED: &[&str] = &[
     "store",
@@ -130,13 +129,8 @@ pub fn responses_job(
     lim: &Limits,
     os_seed: &mut dyn FnMut() -> u64,
 ) -> Result<ResponsesJob, ApiError> {
-    for (k, v) in o.iter() {
-        if k == "previous_response_id" && !v.is_null() {
-            return Err(ApiError::invalid(
-                k,
-                "k3 keeps no responses; send the whole conversation as `input` items",
-            ));
-        }
+    // `previous_response_id` is resolved by the route (the stored conversation joins `input`)
+    for (k, _) in o.iter() {
         if !ACCEPTED.contains(&k) && !IGNORED.contains(&k) && k != "previous_response_id" {
             return Err(ApiError::invalid(
                 k,

@@ -136,7 +136,7 @@ fn bad_responses_requests_are_refused_naming_the_field() {
     assert_eq!(ok.status, 200, "{}", ok.text());
     assert_error(
         &post_with(&s, "/v1/responses/resp_1", &[key], &json!({})),
-        404,
+        405,
         None,
     );
     assert_error(&request(&s, "GET", m, &[key], b""), 405, None);
@@ -171,7 +171,7 @@ fn bad_responses_requests_are_refused_naming_the_field() {
         (with("stream", json!(1)), "stream"),
         (with("frobnicate", json!(1)), "frobnicate"),
         (
-            with("previous_response_id", json!("resp_1")),
+            with("previous_response_id", json!(5)),
             "previous_response_id",
         ),
         (with("instructions", json!(5)), "instructions"),
@@ -321,6 +321,19 @@ fn bad_responses_requests_are_refused_naming_the_field() {
             .any(|l| l.contains("\"web_search\"") && l.contains("not offered")),
         "{:?}",
         s.log_lines()
+    );
+    // an unknown previous_response_id or stored id: 404 naming it
+    let r = post_with(
+        &s,
+        m,
+        &[key],
+        &with("previous_response_id", json!("resp_nope")),
+    );
+    assert_error(&r, 404, Some("previous_response_id"));
+    assert_error(
+        &request(&s, "GET", "/v1/responses/resp_nope", &[key], b""),
+        404,
+        Some("id"),
     );
     // GET /v1/models carries `models` beside `data`
     let v = request(&s, "GET", "/v1/models", &[key], b"").json();
@@ -484,4 +497,49 @@ fn the_same_ids_as_chat_completions() {
         let st = accumulate(&post(&s, "/v1/responses", &b));
         assert_eq!(comparable(st), comparable(v));
     }
+}
+
+#[test]
+fn stored_responses_continue_as_the_whole_conversation() {
+    let s = start(&["--ctx", "1024"], &[]);
+    let first = body("Tell me a story.", 4);
+    let a = post(&s, "/v1/responses", &first).json();
+    let id = a["id"].as_str().unwrap().to_string();
+    assert_eq!(a["store"], true);
+    // GET /v1/responses/{id}: the stored response as it was sent
+    let g = get(&s, &format!("/v1/responses/{id}"));
+    assert_eq!(g.json(), a);
+    // the continuation == the whole conversation sent as input items
+    let mut next = body("And then?", 4);
+    next["previous_response_id"] = json!(id);
+    let c = post(&s, "/v1/responses", &next).json();
+    let mut input = vec![json!({"role": "user", "content": "Tell me a story."})];
+    input.extend(a["output"].as_array().unwrap().iter().cloned());
+    input.push(json!({"role": "user", "content": "And then?"}));
+    let mut whole = body("", 4);
+    whole["input"] = json!(input);
+    whole["store"] = json!(false);
+    let w = post(&s, "/v1/responses", &whole).json();
+    assert_eq!(
+        c["output"].as_array().unwrap().len(),
+        w["output"].as_array().unwrap().len()
+    );
+    for (x, y) in c["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(w["output"].as_array().unwrap())
+    {
+        assert_eq!(x["content"], y["content"], "{c} vs {w}");
+    }
+    assert_eq!(c["usage"]["input_tokens"], w["usage"]["input_tokens"]);
+    // store: false keeps nothing
+    let wid = w["id"].as_str().unwrap();
+    assert_eq!(w["store"], false);
+    assert_eq!(get(&s, &format!("/v1/responses/{wid}")).status, 404);
+    // a streamed stored response continues too
+    let mut st = next.clone();
+    st["stream"] = json!(true);
+    let sr = accumulate(&post(&s, "/v1/responses", &st));
+    assert_eq!(comparable(sr)["output"], comparable(c)["output"]);
 }
