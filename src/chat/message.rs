@@ -386,7 +386,7 @@ fn xtml_index(c: &Object, at: &str) -> Result<Option<usize>> {
 
 /// TOKENIZER.md §10 "Arguments": an object; a string parsing to an object; a blank string
 /// or null as none; an unparsable string as a raw block; anything else refused.
-fn arguments(v: Option<&Value>, field: &str) -> Result<Arguments> {
+pub(crate) fn arguments(v: Option<&Value>, field: &str) -> Result<Arguments> {
     let members = |o: &Object| o.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
     match v {
         None | Some(Value::Null) => Ok(Arguments::Object(Vec::new())),

@@ -316,6 +316,7 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         log_prompts: f.log_prompts,
         started: unix_now(),
         counter: AtomicU64::new(0),
+        stored: Default::default(),
     });
     crate::sayln!(
         "k3 serve: listening on http://{addr} (loading the model; /health is 503 until ready)"

@@ -7,6 +7,7 @@
 mod fields;
 pub mod messages;
 mod params;
+pub mod responses;
 
 use fields::{check_fields, check_model, opt_bool, opt_int_in, CHAT_ACCEPTED, COMPLETION_ACCEPTED};
 pub use fields::{IGNORED, REFUSED};

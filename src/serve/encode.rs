@@ -298,11 +298,13 @@ pub fn model(model: &str, created: u64) -> Value {
         .into()
 }
 
-/// `GET /v1/models`: the one model.
+/// `GET /v1/models`: the one model, in `data` (OpenAI's list) and again in `models` (what
+/// Codex CLI reads from its provider's model list).
 pub fn models(model: &str, created: u64) -> Value {
     Object::new()
         .with("object", "list")
         .with("data", vec![self::model(model, created)])
+        .with("models", vec![self::model(model, created)])
         .into()
 }
 

@@ -176,6 +176,9 @@ impl Server {
         if path == "/v1/messages" || path.starts_with("/v1/messages/") {
             return super::messages::route(self, req, out, n);
         }
+        if path == "/v1/responses" || path.starts_with("/v1/responses/") {
+            return super::responses::route(self, req, out, n);
+        }
         if let Err(e) = self.authorized(req) {
             return Outcome::sent(out, self.error(&e));
         }
@@ -189,7 +192,7 @@ impl Server {
                     404,
                     "not_found_error",
                     format!(
-                        "{method} {path}: no such route (routes: /v1/chat/completions, /v1/completions, /v1/messages, /v1/models, /v1/models/{{id}}, /health, /metrics{})",
+                        "{method} {path}: no such route (routes: /v1/chat/completions, /v1/completions, /v1/messages, /v1/responses, /v1/models, /v1/models/{{id}}, /health, /metrics{})",
                         if self.ui { ", / (the chat page)" } else { "" }
                     ),
                 );

@@ -19,6 +19,7 @@ pub mod messages;
 pub mod metrics;
 pub mod pool;
 pub mod reply;
+pub mod responses;
 pub mod run;
 pub mod sched;
 pub mod server;

@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::Instant;
 
 /// Every target in fuzz/Cargo.toml.
-pub const TARGETS: [&str; 11] = [
+pub const TARGETS: [&str; 12] = [
     "json",
     "config",
     "safetensors_header",
@@ -24,6 +24,7 @@ pub const TARGETS: [&str; 11] = [
     "http_request",
     "serve_request",
     "messages_request",
+    "responses_request",
 ];
 
 const DEFAULT_SECONDS: u64 = 30;

@@ -213,7 +213,7 @@ fn render(o: &Object, tok: &Tokenizer, lim: &Limits) -> Result<Rendered, ApiErro
     })
 }
 
-fn type_err(field: &str, expected: &str, v: &Value) -> ApiError {
+pub(super) fn type_err(field: &str, expected: &str, v: &Value) -> ApiError {
     ApiError::invalid(
         field,
         format!("expected {expected}, found {}", v.type_name()),
@@ -221,12 +221,12 @@ fn type_err(field: &str, expected: &str, v: &Value) -> ApiError {
 }
 
 /// `o[key]` when present and not null.
-fn get<'a>(o: &'a Object, key: &str) -> Option<&'a Value> {
+pub(super) fn get<'a>(o: &'a Object, key: &str) -> Option<&'a Value> {
     o.get(key).filter(|v| !v.is_null())
 }
 
 /// A required string member `key` of the block `o` at `at`.
-fn req_str<'a>(o: &'a Object, key: &str, at: &str) -> Result<&'a str, ApiError> {
+pub(super) fn req_str<'a>(o: &'a Object, key: &str, at: &str) -> Result<&'a str, ApiError> {
     let field = format!("{at}.{key}");
     match get(o, key) {
         Some(Value::String(s)) => Ok(s),
@@ -313,7 +313,7 @@ fn system(v: Option<&Value>) -> Result<Vec<Message>, ApiError> {
     Ok(vec![plain(Role::System, Some(t))])
 }
 
-fn plain(role: Role, content: Option<Vec<String>>) -> Message {
+pub(super) fn plain(role: Role, content: Option<Vec<String>>) -> Message {
     Message {
         role,
         name: None,

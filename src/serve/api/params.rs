@@ -152,6 +152,7 @@ pub(super) fn gen_params(
 fn field_name(k: &str) -> &'static str {
     match k {
         "max_completion_tokens" => "max_completion_tokens",
+        "max_output_tokens" => "max_output_tokens",
         _ => "max_tokens",
     }
 }

@@ -1,7 +1,7 @@
 //! `k3 serve` (ENGINE.md §11) end to end over loopback: endpoints, streaming, usage, tool
 //! calls, prefix reuse, logprobs (this file); bad input (`bad_input`); concurrency, the queue
 //! and a slow client (`concurrency`); clients that leave (`disconnect`); the request log
-//! (`log`); the Anthropic Messages API (`messages`); startup refusals, loading and the drain (`startup`); UTF-8 in streams (`text`);
+//! (`log`); the Anthropic Messages API (`messages`); the OpenAI Responses API (`responses`); startup refusals, loading and the drain (`startup`); UTF-8 in streams (`text`);
 //! the chat page and the Host/Origin rules (`ui`).
 
 mod arithmetic;
@@ -10,6 +10,7 @@ mod concurrency;
 mod disconnect;
 mod log;
 mod messages;
+mod responses;
 mod spec;
 mod startup;
 mod support;

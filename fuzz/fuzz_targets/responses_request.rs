@@ -1,0 +1,48 @@
+//! The OpenAI Responses request decoder of `k3 serve` (`POST /v1/responses`): never panics on
+//! any body; every refusal is a 4xx whose OpenAI-shape body parses (`error.message`,
+//! `error.type`); an accepted request's prompt fits the context, its ids are below V, and its
+//! stub is within the prompt.
+#![no_main]
+use k3::serve::api::{self, responses, Limits};
+use k3::tokenizer::Tokenizer;
+use libfuzzer_sys::fuzz_target;
+use std::sync::OnceLock;
+
+fn tokenizer() -> &'static Tokenizer {
+    static TOK: OnceLock<Tokenizer> = OnceLock::new();
+    TOK.get_or_init(|| {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/tiny-k3-text");
+        Tokenizer::load(std::path::Path::new(dir)).expect("the fixture tokenizer")
+    })
+}
+
+fn check(e: &api::ApiError) {
+    assert!((400..500).contains(&e.status), "{e:?}");
+    let v = k3::json::parse(e.body().as_bytes()).expect("the error body is JSON");
+    let err = v.get("error").expect("error");
+    assert!(err.get("type").and_then(|t| t.as_str()).is_some());
+    assert!(err.get("message").and_then(|t| t.as_str()).is_some());
+}
+
+fuzz_target!(|data: &[u8]| {
+    let tok = tokenizer();
+    let lim = Limits {
+        model_id: "tiny-k3-text".into(),
+        ctx: 512,
+        vocab: tok.vocab_size(),
+        defaults: k3::generate::defaults::chat_defaults(std::path::Path::new("/nonexistent"))
+            .expect("the fixed defaults"),
+        sign_key: b"fuzz".to_vec(),
+    };
+    let o = match api::parse_body(data) {
+        Ok(o) => o,
+        Err(e) => return check(&e),
+    };
+    match responses::responses_job(&o, tok, &lim, &mut || 1) {
+        Ok(j) => {
+            assert!(j.ids.len() < lim.ctx && j.ids.iter().all(|&id| (id as usize) < lim.vocab));
+            assert!(j.stub <= j.ids.len());
+        }
+        Err(e) => check(&e),
+    }
+});
