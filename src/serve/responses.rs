@@ -666,11 +666,7 @@ fn stream(
     echo: &Echo<'_>,
     store: Option<Vec<Value>>,
 ) -> Outcome {
-    let mut headers = vec![
-        ("Content-Type".to_string(), "text/event-stream".to_string()),
-        ("Cache-Control".to_string(), "no-cache".to_string()),
-    ];
-    headers.extend(server.cors_headers());
+    let headers = server.sse_headers();
     // a failure before the job started is a plain error response
     let first = match next(rx, &mut || out.disconnected()) {
         Some(Event::Failed(m)) => return refused(server, out, &failed(&m)),

@@ -413,7 +413,6 @@ mod tests {
             logprobs: None,
             think_budget: None,
             events: std::sync::mpsc::channel().0,
-            think_budget: None,
         }
     }
 

@@ -92,7 +92,6 @@ fn limits() -> Limits {
         model_id: "m".into(),
         ctx: CTX,
         vocab: 1000,
-        sign_key: Vec::new(),
         defaults: SamplerSettings {
             temperature: 1.0,
             top_k: 0,
