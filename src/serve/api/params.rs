@@ -388,7 +388,8 @@ mod tests {
         );
         let e = check_length(100, 3, &p, &lim(), "messages").unwrap_err();
         assert!(
-            e.message.starts_with("the prompt has 97 tokens as the reply's usage"),
+            e.message
+                .starts_with("the prompt has 97 tokens as the reply's usage"),
             "{}",
             e.message
         );
