@@ -23,4 +23,5 @@ pub mod responses;
 pub mod run;
 pub mod sched;
 pub mod server;
+pub mod store;
 pub mod ui;

@@ -20,38 +20,12 @@ use super::reply::{Piece, ReplyBuilder};
 use super::run::{call_base, next, seed_source, Outcome};
 use super::sched::{Event, Job};
 use super::server::Server;
+use super::store::STORE_MAX;
 use crate::generate::stop::StopReason;
 use crate::http::{Request, Responder, Stream};
 use crate::json::{Object, Value};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
-
-/// How many stored responses are kept (the oldest is evicted first).
-pub const STORE_MAX: usize = 256;
-
-/// The stored responses: each id with its conversation (input items, then output items) and
-/// its response object; bounded by [`STORE_MAX`], in memory only (a restart forgets them).
-#[derive(Default)]
-pub struct Store {
-    held: std::sync::Mutex<std::collections::VecDeque<(String, Vec<Value>, Value)>>,
-}
-
-impl Store {
-    fn put(&self, id: &str, items: Vec<Value>, response: Value) {
-        let mut h = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        if h.len() >= STORE_MAX {
-            h.pop_front();
-        }
-        h.push_back((id.to_string(), items, response));
-    }
-
-    fn get(&self, id: &str) -> Option<(Vec<Value>, Value)> {
-        let h = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        h.iter()
-            .find(|(i, _, _)| i == id)
-            .map(|(_, c, r)| (c.clone(), r.clone()))
-    }
-}
 
 fn unknown_id(id: &str, field: &str) -> ApiError {
     let mut e = ApiError::invalid(

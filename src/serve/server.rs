@@ -41,7 +41,7 @@ pub struct Server {
     /// Request counter (ids `chatcmpl-k3-N`, `cmpl-k3-N`, `req-N` in the log).
     pub counter: AtomicU64,
     /// Stored responses (`POST /v1/responses` with `store`), for `previous_response_id`.
-    pub stored: super::responses::Store,
+    pub stored: super::store::Store,
 }
 
 /// Unix seconds now.
