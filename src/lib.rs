@@ -44,6 +44,7 @@ pub mod checkpoint;
 pub mod cli;
 pub mod config;
 pub mod digest;
+pub mod draft;
 pub mod error;
 pub mod generate;
 pub mod http;

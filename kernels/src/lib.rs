@@ -60,7 +60,7 @@ pub use error::KernelError;
 pub use fnv::{fnv1a64, fnv1a64_f32, Fnv1a64};
 pub use isa::Isa;
 pub use mxfp4::{find_e8m0_nan, Mxfp4};
-pub use num::{bf16_to_f32, exp64, log64, rnd, seqsum, sig64, silu64, tanh64};
+pub use num::{bf16_to_f32, cos64, exp64, log64, rnd, seqsum, sig64, silu64, sin64, tanh64};
 pub use ops::{thread_scratch_bytes, Kernels};
 pub use pool::ThreadPool;
 pub use route::{moe_select, moe_weights};

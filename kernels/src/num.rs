@@ -264,6 +264,187 @@ pub fn log64(x: f64) -> f64 {
     (ef * LN2_HI) + ((ef * LN2_LO) + (2.0 * s) * q)
 }
 
+/// fdlibm's `__ieee754_rem_pio2` constants: 2/π and π/2 in three parts (33 + 33 + 53 bits).
+const INVPIO2: f64 = 6.36619772367581382433e-01;
+const PIO2_1: f64 = 1.57079632673412561417e+00;
+const PIO2_1T: f64 = 6.07710050650619224932e-11;
+const PIO2_2: f64 = 6.07710050630396597660e-11;
+const PIO2_2T: f64 = 2.02226624879595063154e-21;
+const PIO2_3: f64 = 2.02226624871116645580e-21;
+const PIO2_3T: f64 = 8.47842766036889956997e-32;
+/// High words of n·π/2 for n = 1 … 32 (fdlibm's `npio2_hw`): the quick no-cancellation test.
+const NPIO2_HW: [u32; 32] = [
+    0x3FF921FB, 0x400921FB, 0x4012D97C, 0x401921FB, 0x401F6A7A, 0x4022D97C, 0x4025FDBB, 0x402921FB,
+    0x402C463A, 0x402F6A7A, 0x4031475C, 0x4032D97C, 0x40346B9C, 0x4035FDBB, 0x40378FDB, 0x403921FB,
+    0x403AB41B, 0x403C463A, 0x403DD85A, 0x403F6A7A, 0x40407E4C, 0x4041475C, 0x4042106C, 0x4042D97C,
+    0x4043A28C, 0x40446B9C, 0x404534AC, 0x4045FDBB, 0x4046C6CB, 0x40478FDB, 0x404858EB, 0x404921FB,
+];
+/// `__kernel_sin` coefficients.
+const S1: f64 = -1.66666666666666324348e-01;
+const S2: f64 = 8.33333333332248946124e-03;
+const S3: f64 = -1.98412698298579493134e-04;
+const S4: f64 = 2.75573137070700676789e-06;
+const S5: f64 = -2.50507602534068634195e-08;
+const S6: f64 = 1.58969099521155010221e-10;
+/// `__kernel_cos` coefficients.
+const C1: f64 = 4.16666666666666019037e-02;
+const C2: f64 = -1.38888888888741095749e-03;
+const C3: f64 = 2.48015872894767294178e-05;
+const C4: f64 = -2.75573143513906633035e-07;
+const C5: f64 = 2.08757232129817482790e-09;
+const C6: f64 = -1.13596475577881948265e-11;
+
+/// Largest |x| `cos64`/`sin64` reduce (fdlibm's medium case, |x| ≲ 2^19·π/2 ≈ 823,550);
+/// beyond it they return NaN (the big case, `__kernel_rem_pio2`, is not part of the contract).
+pub const TRIG_MAX: f64 = 823_549.6;
+
+/// The high 32 bits of an f64 (fdlibm's `__HI`).
+#[inline(always)]
+fn hi(x: f64) -> u32 {
+    (x.to_bits() >> 32) as u32
+}
+
+/// fdlibm's `__ieee754_rem_pio2` for |x| in the medium range: x = n·π/2 + (y0 + y1), returns
+/// (n, y0, y1), in the written order of the C source (the |x| < 3π/4 special case, the quick
+/// cancellation test, up to three rounds of the three-part π/2). Caller ensures
+/// π/4 < |x| ≤ [`TRIG_MAX`].
+fn rem_pio2(x: f64) -> (i32, f64, f64) {
+    let hx = hi(x) as i32;
+    let ix = (hx & 0x7fff_ffff) as u32;
+    if ix < 0x4002_d97c {
+        // |x| < 3π/4: n = ±1
+        if hx > 0 {
+            let mut z = x - PIO2_1;
+            if ix != 0x3ff9_21fb {
+                let y0 = z - PIO2_1T;
+                return (1, y0, (z - y0) - PIO2_1T);
+            }
+            z -= PIO2_2;
+            let y0 = z - PIO2_2T;
+            return (1, y0, (z - y0) - PIO2_2T);
+        }
+        let mut z = x + PIO2_1;
+        if ix != 0x3ff9_21fb {
+            let y0 = z + PIO2_1T;
+            return (-1, y0, (z - y0) + PIO2_1T);
+        }
+        z += PIO2_2;
+        let y0 = z + PIO2_2T;
+        return (-1, y0, (z - y0) + PIO2_2T);
+    }
+    let t = x.abs();
+    let n = (t * INVPIO2 + 0.5) as i32;
+    let fnn = n as f64;
+    let mut r = t - fnn * PIO2_1;
+    let mut w = fnn * PIO2_1T;
+    let mut y0;
+    if n < 32 && ix != NPIO2_HW[(n - 1) as usize] {
+        y0 = r - w;
+    } else {
+        let j = (ix >> 20) as i32;
+        y0 = r - w;
+        let i = j - ((hi(y0) >> 20) & 0x7ff) as i32;
+        if i > 16 {
+            let t = r;
+            w = fnn * PIO2_2;
+            r = t - w;
+            w = fnn * PIO2_2T - ((t - r) - w);
+            y0 = r - w;
+            let i = j - ((hi(y0) >> 20) & 0x7ff) as i32;
+            if i > 49 {
+                let t = r;
+                w = fnn * PIO2_3;
+                r = t - w;
+                w = fnn * PIO2_3T - ((t - r) - w);
+                y0 = r - w;
+            }
+        }
+    }
+    let y1 = (r - y0) - w;
+    if hx < 0 {
+        (-n, -y0, -y1)
+    } else {
+        (n, y0, y1)
+    }
+}
+
+/// fdlibm's `__kernel_sin(x, y, iy)` on [−π/4, π/4] (y the tail of x; iy = 0 when y is 0).
+fn kernel_sin(x: f64, y: f64, iy: bool) -> f64 {
+    let ix = hi(x) & 0x7fff_ffff;
+    if ix < 0x3e40_0000 && (x as i32) == 0 {
+        return x; // |x| < 2^-27
+    }
+    let z = x * x;
+    let v = z * x;
+    let r = S2 + z * (S3 + z * (S4 + z * (S5 + z * S6)));
+    if !iy {
+        x + v * (S1 + z * r)
+    } else {
+        x - ((z * (0.5 * y - v * r) - y) - v * S1)
+    }
+}
+
+/// fdlibm's `__kernel_cos(x, y)` on [−π/4, π/4] (fdlibm 5.3, with its `qx` split).
+fn kernel_cos(x: f64, y: f64) -> f64 {
+    let ix = hi(x) & 0x7fff_ffff;
+    if ix < 0x3e40_0000 && (x as i32) == 0 {
+        return 1.0; // |x| < 2^-27
+    }
+    let z = x * x;
+    let r = z * (C1 + z * (C2 + z * (C3 + z * (C4 + z * (C5 + z * C6)))));
+    if ix < 0x3FD3_3333 {
+        // |x| < 0.3
+        return 1.0 - (0.5 * z - (z * r - x * y));
+    }
+    let qx = if ix > 0x3fe9_0000 {
+        0.28125
+    } else {
+        f64::from_bits(((ix - 0x0020_0000) as u64) << 32)
+    };
+    let hz = 0.5 * z - qx;
+    let a = 1.0 - qx;
+    a - (hz - (z * r - x * y))
+}
+
+/// `cos64(x)` (DRAFT.md "RoPE"; f64 → f64): fdlibm's `cos` — |x| ≤ π/4 straight to
+/// `__kernel_cos`, else the medium-case `__ieee754_rem_pio2` and the kernel its quadrant
+/// selects — one IEEE operation at a time, no FMA, so identical on every platform. Within
+/// 1 ulp of the true cosine. NaN for NaN, ±inf and |x| > [`TRIG_MAX`].
+pub fn cos64(x: f64) -> f64 {
+    let ix = hi(x) & 0x7fff_ffff;
+    if ix <= 0x3fe9_21fb {
+        return kernel_cos(x, 0.0);
+    }
+    if !(x.abs() <= TRIG_MAX) {
+        return f64::NAN;
+    }
+    let (n, y0, y1) = rem_pio2(x);
+    match n & 3 {
+        0 => kernel_cos(y0, y1),
+        1 => -kernel_sin(y0, y1, true),
+        2 => -kernel_cos(y0, y1),
+        _ => kernel_sin(y0, y1, true),
+    }
+}
+
+/// `sin64(x)`: fdlibm's `sin`, as [`cos64`].
+pub fn sin64(x: f64) -> f64 {
+    let ix = hi(x) & 0x7fff_ffff;
+    if ix <= 0x3fe9_21fb {
+        return kernel_sin(x, 0.0, false);
+    }
+    if !(x.abs() <= TRIG_MAX) {
+        return f64::NAN;
+    }
+    let (n, y0, y1) = rem_pio2(x);
+    match n & 3 {
+        0 => kernel_sin(y0, y1, true),
+        1 => kernel_cos(y0, y1),
+        2 => -kernel_sin(y0, y1, true),
+        _ => -kernel_cos(y0, y1),
+    }
+}
+
 /// SiTU-GLU of one element pair (MODEL.md §6.1): A = (β1 × tanh64(a/β1)) × sig64(a);
 /// Bv = β2 × tanh64(b/β2); returns rnd(A × Bv). The sigmoid sees the uncapped `a`.
 #[inline]
@@ -375,5 +556,73 @@ mod tests {
             worst >= 1,
             "the sweep should see at least one rounding difference"
         );
+    }
+
+    #[test]
+    fn cos64_sin64_within_one_ulp_of_std() {
+        // xorshift64*: angles over the whole RoPE range (position × inverse frequency), dense
+        // near the multiples of π/2 where the reduction cancels, and small arguments.
+        let mut st = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = || {
+            st ^= st >> 12;
+            st ^= st << 25;
+            st ^= st >> 27;
+            st.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        };
+        let unit = |b: u64| (b >> 11) as f64 * (1.0 / 9007199254740992.0);
+        let mut worst = 0;
+        for i in 0..300_000u64 {
+            let u = unit(next());
+            let x = match i % 4 {
+                0 => (u - 0.5) * 2.0 * TRIG_MAX,
+                1 => (u - 0.5) * 20.0,
+                2 => {
+                    let k = (next() % 2000) as f64 - 1000.0;
+                    k * std::f64::consts::FRAC_PI_2 + (u - 0.5) * 1e-6
+                }
+                _ => (u - 0.5) * 1e-7,
+            };
+            for (got, want, what) in [(cos64(x), x.cos(), "cos"), (sin64(x), x.sin(), "sin")] {
+                if want == 0.0 || got.signum() != want.signum() {
+                    assert!(
+                        (got - want).abs() < 1e-300,
+                        "{what}64({x:e}) = {got:e}, std {want:e}"
+                    );
+                    continue;
+                }
+                let d = ulps(got, want);
+                worst = worst.max(d);
+                assert!(d <= 1, "{what}64({x:e}) = {got:e}, std {want:e}: {d} ulps");
+            }
+        }
+        assert!(worst <= 1);
+    }
+
+    #[test]
+    fn cos64_sin64_special_values_and_exact_points() {
+        assert_eq!(cos64(0.0), 1.0);
+        assert_eq!(sin64(0.0).to_bits(), 0);
+        assert_eq!(sin64(-0.0).to_bits(), (-0.0f64).to_bits());
+        assert!(cos64(f64::NAN).is_nan() && sin64(f64::INFINITY).is_nan());
+        assert!(cos64(TRIG_MAX * 2.0).is_nan());
+        // Reproducibility: the same bits every call (no state, no library).
+        let xs = [1.0, 1e5 + 0.25, -3.0, 7.0e5, 0.785, 2.356];
+        let a: Vec<u64> = xs
+            .iter()
+            .map(|&x| cos64(x).to_bits() ^ sin64(x).to_bits())
+            .collect();
+        let b: Vec<u64> = xs
+            .iter()
+            .map(|&x| cos64(x).to_bits() ^ sin64(x).to_bits())
+            .collect();
+        assert_eq!(a, b);
+        // The three-part constants are fdlibm's bit patterns.
+        assert_eq!(PIO2_1.to_bits(), 0x3FF921FB54400000);
+        assert_eq!(PIO2_1T.to_bits(), 0x3DD0B4611A626331);
+        assert_eq!(PIO2_2.to_bits(), 0x3DD0B4611A600000);
+        assert_eq!(PIO2_2T.to_bits(), 0x3BA3198A2E037073);
+        assert_eq!(PIO2_3.to_bits(), 0x3BA3198A2E000000);
+        assert_eq!(PIO2_3T.to_bits(), 0x397B839A252049C1);
+        assert_eq!(INVPIO2.to_bits(), 0x3FE45F306DC9C883);
     }
 }
