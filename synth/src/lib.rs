@@ -57,6 +57,7 @@ pub const BLOCK_BYTES: u64 = 1 << 20;
 pub const PREFIX: &str = "language_model.";
 
 mod config;
+mod draft;
 mod plan;
 mod sparse;
 mod spec;
@@ -64,6 +65,7 @@ mod tensors;
 mod values;
 mod write;
 
+pub use draft::*;
 pub use plan::*;
 pub use sparse::*;
 pub use spec::*;

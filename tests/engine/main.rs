@@ -15,6 +15,7 @@ mod cli;
 mod config;
 mod docs;
 mod docs_commands;
+mod draft;
 mod generate;
 mod http;
 mod io;

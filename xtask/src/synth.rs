@@ -38,7 +38,89 @@ Writes a deterministic synthetic Kimi K3 checkpoint (config.json, shards, index,
   --sparse-real-max-bytes N   with --sparse: tensors of at most N bytes get their values
                          (default 0: every tensor a hole)
   --tokenizer DIR        copy DIR/tiktoken.model and DIR/tokenizer_config.json in
+
+usage: cargo xtask synth --draft <dir> (--target <model dir> | --released) [--seed S]
+                         [--embed-copy | --no-embed-copy]
+
+Writes a deterministic synthetic DSpark draft (DRAFT.md §1: config.json + model.safetensors in
+the published layout). --target: tiny widths fitting that model's hidden size, layer count and
+vocabulary (no embed_tokens copy unless --embed-copy); --released: the Inferact K3 draft's
+widths (4.77 GB, plus the 2.35 GB embed_tokens copy unless --no-embed-copy).
 ";
+
+/// `cargo xtask synth --draft …` (see [`USAGE`]).
+fn draft_main(args: &[String]) -> i32 {
+    let mut dir = None;
+    let (mut target, mut released, mut seed, mut copy) = (None, false, 0u64, None);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--target" => target = it.next().map(PathBuf::from),
+            "--released" => released = true,
+            "--embed-copy" => copy = Some(true),
+            "--no-embed-copy" => copy = Some(false),
+            "--seed" => match it.next().map(|v| v.parse::<u64>()) {
+                Some(Ok(v)) => seed = v,
+                _ => {
+                    eprintln!(
+                        "xtask synth --draft: error: --seed: expected a non-negative integer"
+                    );
+                    return 2;
+                }
+            },
+            "-h" | "--help" => {
+                print!("{USAGE}");
+                return 0;
+            }
+            s if !s.starts_with('-') && dir.is_none() => dir = Some(PathBuf::from(s)),
+            other => {
+                eprintln!("xtask synth --draft: error: unknown argument `{other}`");
+                return 2;
+            }
+        }
+    }
+    let Some(dir) = dir else {
+        eprintln!("xtask synth --draft: error: missing <dir>");
+        return 2;
+    };
+    let mut spec = match (target, released) {
+        (None, true) => gen::DraftSpec::released(),
+        (Some(t), false) => match k3::config::Config::from_file(&t.join("config.json")) {
+            Ok(c) => gen::DraftSpec::tiny_for(c.hidden_size, c.num_hidden_layers, c.vocab_size),
+            Err(e) => {
+                eprintln!("xtask synth --draft: error: {e}");
+                return 2;
+            }
+        },
+        _ => {
+            eprintln!(
+                "xtask synth --draft: error: give exactly one of --target DIR and --released"
+            );
+            return 2;
+        }
+    };
+    if let Some(c) = copy {
+        spec.embed_copy = c;
+    }
+    match gen::write_draft(&spec, &dir, seed) {
+        Ok(bytes) => {
+            eprintln!(
+                "xtask synth --draft: wrote {} ({} parameters, model.safetensors {bytes} bytes)",
+                dir.display(),
+                spec.parameters()
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!("xtask synth --draft: error: {}: {e}", dir.display());
+            if e.raw_os_error() == Some(libc::ENOSPC) {
+                3
+            } else {
+                4
+            }
+        }
+    }
+}
 
 struct Cli {
     dir: PathBuf,
@@ -209,6 +291,9 @@ fn parse(args: &[String]) -> Result<Option<Cli>, (i32, String)> {
 
 /// Runs `cargo xtask synth`; returns the exit code.
 pub fn main(args: &[String]) -> i32 {
+    if args.first().map(String::as_str) == Some("--draft") {
+        return draft_main(&args[1..]);
+    }
     let cli = match parse(args) {
         Ok(Some(c)) => c,
         Ok(None) => {
