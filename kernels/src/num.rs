@@ -264,13 +264,22 @@ pub fn log64(x: f64) -> f64 {
     (ef * LN2_HI) + ((ef * LN2_LO) + (2.0 * s) * q)
 }
 
+// The fdlibm constants below are spelled as in its C source (the decimal literals parse to
+// exactly its hex patterns; a test checks the reduction's), hence the precision allowances.
 /// fdlibm's `__ieee754_rem_pio2` constants: 2/π and π/2 in three parts (33 + 33 + 53 bits).
+#[allow(clippy::excessive_precision, clippy::approx_constant)]
 const INVPIO2: f64 = 6.36619772367581382433e-01;
+#[allow(clippy::excessive_precision, clippy::approx_constant)]
 const PIO2_1: f64 = 1.57079632673412561417e+00;
+#[allow(clippy::excessive_precision, clippy::approx_constant)]
 const PIO2_1T: f64 = 6.07710050650619224932e-11;
+#[allow(clippy::excessive_precision, clippy::approx_constant)]
 const PIO2_2: f64 = 6.07710050630396597660e-11;
+#[allow(clippy::excessive_precision, clippy::approx_constant)]
 const PIO2_2T: f64 = 2.02226624879595063154e-21;
+#[allow(clippy::excessive_precision, clippy::approx_constant)]
 const PIO2_3: f64 = 2.02226624871116645580e-21;
+#[allow(clippy::excessive_precision, clippy::approx_constant)]
 const PIO2_3T: f64 = 8.47842766036889956997e-32;
 /// High words of n·π/2 for n = 1 … 32 (fdlibm's `npio2_hw`): the quick no-cancellation test.
 const NPIO2_HW: [u32; 32] = [
@@ -280,18 +289,30 @@ const NPIO2_HW: [u32; 32] = [
     0x4043A28C, 0x40446B9C, 0x404534AC, 0x4045FDBB, 0x4046C6CB, 0x40478FDB, 0x404858EB, 0x404921FB,
 ];
 /// `__kernel_sin` coefficients.
+#[allow(clippy::excessive_precision, clippy::approx_constant)]
 const S1: f64 = -1.66666666666666324348e-01;
+#[allow(clippy::excessive_precision, clippy::approx_constant)]
 const S2: f64 = 8.33333333332248946124e-03;
+#[allow(clippy::excessive_precision, clippy::approx_constant)]
 const S3: f64 = -1.98412698298579493134e-04;
+#[allow(clippy::excessive_precision, clippy::approx_constant)]
 const S4: f64 = 2.75573137070700676789e-06;
+#[allow(clippy::excessive_precision, clippy::approx_constant)]
 const S5: f64 = -2.50507602534068634195e-08;
+#[allow(clippy::excessive_precision, clippy::approx_constant)]
 const S6: f64 = 1.58969099521155010221e-10;
 /// `__kernel_cos` coefficients.
+#[allow(clippy::excessive_precision, clippy::approx_constant)]
 const C1: f64 = 4.16666666666666019037e-02;
+#[allow(clippy::excessive_precision, clippy::approx_constant)]
 const C2: f64 = -1.38888888888741095749e-03;
+#[allow(clippy::excessive_precision, clippy::approx_constant)]
 const C3: f64 = 2.48015872894767294178e-05;
+#[allow(clippy::excessive_precision, clippy::approx_constant)]
 const C4: f64 = -2.75573143513906633035e-07;
+#[allow(clippy::excessive_precision, clippy::approx_constant)]
 const C5: f64 = 2.08757232129817482790e-09;
+#[allow(clippy::excessive_precision, clippy::approx_constant)]
 const C6: f64 = -1.13596475577881948265e-11;
 
 /// Largest |x| `cos64`/`sin64` reduce (fdlibm's medium case, |x| ≲ 2^19·π/2 ≈ 823,550);
@@ -415,7 +436,8 @@ pub fn cos64(x: f64) -> f64 {
     if ix <= 0x3fe9_21fb {
         return kernel_cos(x, 0.0);
     }
-    if !(x.abs() <= TRIG_MAX) {
+    // NaN and ±inf fail the comparison too
+    if x.is_nan() || x.abs() > TRIG_MAX {
         return f64::NAN;
     }
     let (n, y0, y1) = rem_pio2(x);
@@ -433,7 +455,8 @@ pub fn sin64(x: f64) -> f64 {
     if ix <= 0x3fe9_21fb {
         return kernel_sin(x, 0.0, false);
     }
-    if !(x.abs() <= TRIG_MAX) {
+    // NaN and ±inf fail the comparison too
+    if x.is_nan() || x.abs() > TRIG_MAX {
         return f64::NAN;
     }
     let (n, y0, y1) = rem_pio2(x);

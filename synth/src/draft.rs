@@ -14,20 +14,35 @@ use std::path::Path;
 /// Widths and options of a synthetic draft (the keys of DRAFT.md §1).
 #[derive(Clone, Debug, PartialEq)]
 pub struct DraftSpec {
+    /// `hidden_size` H (= the target's and `target_hidden_size`).
     pub hidden_size: usize,
+    /// `intermediate_size` F.
     pub intermediate_size: usize,
+    /// `num_hidden_layers` nL.
     pub num_hidden_layers: usize,
+    /// `num_attention_heads` (= `num_key_value_heads`).
     pub num_attention_heads: usize,
+    /// `q_lora_rank` Rq.
     pub q_lora_rank: usize,
+    /// `kv_lora_rank` Rkv.
     pub kv_lora_rank: usize,
+    /// `qk_nope_head_dim` Dn.
     pub qk_nope_head_dim: usize,
+    /// `qk_rope_head_dim` Dr.
     pub qk_rope_head_dim: usize,
+    /// `v_head_dim` Dv.
     pub v_head_dim: usize,
+    /// `vocab_size` V (= `draft_vocab_size`).
     pub vocab_size: usize,
+    /// `target_num_hidden_layers`.
     pub target_num_hidden_layers: usize,
+    /// `target_layer_ids`, ascending.
     pub target_layer_ids: Vec<usize>,
+    /// `mask_token_id`.
     pub mask_token_id: usize,
+    /// `markov_rank` r (`markov_head_type` `vanilla`).
     pub markov_rank: usize,
+    /// `block_size` K.
     pub block_size: usize,
     /// Write the frozen `embed_tokens.weight` copy [V, H] (the published drafts carry it;
     /// the engine never reads it).
