@@ -57,7 +57,7 @@ const TASKS: &[(&str, &str, TaskFn)] = &[
     ),
     (
         "synth",
-        "write a synthetic checkpoint in the released K3 format (<dir> --layers N --experts E --seed S)",
+        "write a synthetic checkpoint in the released K3 format (<dir> --layers N --experts E --seed S), or a DSpark draft (--draft <dir> --target <model> | --released)",
         |a| exit_code(synth::main(a)),
     ),
     (
