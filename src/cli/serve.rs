@@ -101,7 +101,7 @@ usage: k3 serve <model_dir> [options]
   --no-ui              no chat page at / (404, as any unknown route)
   --model-id ID        the model name clients use (default: the directory name)
   --prefix-cache DIR   also keep prompt snapshots as state files in DIR, so a held prefix
-                       (an agent's system prompt and tools) survives a restart (docs/serve.md)
+                       (an agent's system prompt and tools) survives a restart (docs/cli.md)
   --prefix-cache-gb X  the files' total size at most, decimal GB; least recently used
                        evicted (default 20)
   --stop-id ID         extra end id (repeatable)
@@ -322,13 +322,8 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         None => f.snapshots,
     };
     let mut prep = crate::cli::run::prepare_serve(a, f.parallel, planned)?;
-    let disk = match &f.prefix_cache {
-        Some((dir, bytes)) => Some(PrefixCache::open(
-            dir,
-            prep.state_identity()?,
-            *bytes,
-            "k3 serve",
-        )?),
+    let identity = match &f.prefix_cache {
+        Some(_) => Some(prep.state_identity()?),
         None => None,
     };
     let addr = listener
@@ -379,6 +374,12 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     crate::sayln!(
         "k3 serve: listening on http://{addr} (loading the model; /health is 503 until ready)"
     );
+    // after the listening line: what the index skips and removes is logged where a
+    // reader of the log looks
+    let disk = match (&f.prefix_cache, identity) {
+        (Some((dir, bytes)), Some(id)) => Some(PrefixCache::open(dir, id, *bytes, "k3 serve")?),
+        _ => None,
+    };
     let defaults = http::Limits::default();
     let limits = http::Limits {
         max_body_bytes: f.max_body,
