@@ -231,7 +231,7 @@ fn serve_flags(a: &Args) -> Result<ServeFlags> {
         log_prompts: a.switch("log-prompts"),
         ui: !a.switch("no-ui"),
         model_id,
-        prefix_cache: prefix_cache_flags(&a)?,
+        prefix_cache: prefix_cache_flags(a)?,
     })
 }
 
