@@ -193,6 +193,13 @@ impl PrefixCache {
             thread: Some(thread),
         };
         c.evict_for(0);
+        crate::sayln!(
+            "{who}: prefix cache: {}, {} of this model ({} of {})",
+            dir.display(),
+            crate::units::count(c.len() as u64, "file", "files"),
+            crate::units::gb(c.bytes()),
+            crate::units::gb(max_bytes)
+        );
         Ok(c)
     }
 
