@@ -16,6 +16,7 @@ use super::messages::{Request, Thinking};
 use super::reply::{coalesce, ReplyEvent, ReplyParser};
 use super::template::{encode, render};
 use crate::error::{Error, Result};
+use crate::generate::prefix_cache::PrefixCache;
 use crate::generate::sample::SamplerSettings;
 use crate::generate::session::{Progress, Sequence, SequenceOptions, Session, Snapshot, StepEvent};
 use crate::generate::stop::{StopReason, StopRules};
@@ -136,6 +137,9 @@ pub struct Conversation {
     marks: Vec<Mark>,
     /// Messages of the request at the start (the system prompt): what `/reset` keeps.
     base_messages: usize,
+    /// The prefix cache on disk (`k3 chat --prefix-cache`): a new sequence starts from the
+    /// longest file its ids extend, and each turn's prompt state is written to it.
+    pub disk: Option<PrefixCache>,
 }
 
 impl Conversation {
@@ -150,6 +154,7 @@ impl Conversation {
             seq: None,
             closing: Vec::new(),
             marks: Vec::new(),
+            disk: None,
         }
     }
 
@@ -273,10 +278,20 @@ impl Conversation {
                     rules,
                     all_rows: false,
                 };
-                sess.sequence(&ids, self.opts.ctx, so)?
+                let held = self
+                    .disk
+                    .as_mut()
+                    .and_then(|d| d.continue_from(&sess.model, &ids, 0, self.opts.ctx, &so));
+                match held {
+                    Some((s, _)) => s,
+                    None => sess.sequence(&ids, self.opts.ctx, so)?,
+                }
             }
         };
-        match self.run_reply(sess, tok, &mut seq, obs, partial) {
+        let mut disk = self.disk.take();
+        let res = self.run_reply(sess, tok, &mut seq, obs, partial, disk.as_mut());
+        self.disk = disk;
+        match res {
             Ok(mut x) => {
                 x.input = input.clone();
                 x.input_ids = ids;
@@ -313,9 +328,10 @@ impl Conversation {
         seq: &mut Sequence,
         obs: &mut dyn Observer,
         partial: bool,
+        disk: Option<&mut PrefixCache>,
     ) -> Result<Exchange> {
         let prefilled = seq.ids().len() - seq.state().n_pos;
-        sess.prefill(seq, obs.progress(), &mut |_| Ok(()))?;
+        crate::generate::prefix_cache::prefill(disk, sess, seq, obs.progress())?;
         let prefill_seconds = seq.figures().seconds;
         obs.prefilled(prefilled, prefill_seconds);
         let mut parser = ReplyParser::new(self.thinking() && !partial);
@@ -460,6 +476,7 @@ impl Conversation {
             closing,
             marks: Vec::new(),
             base_messages,
+            disk: None,
         }
     }
 

@@ -21,6 +21,7 @@ mod files;
 mod input;
 mod lineedit;
 
+use crate::generate::prefix_cache::PrefixCache;
 use display::Display;
 use files::History;
 use input::{Entry, Lines, Reader, Source};
@@ -34,6 +35,8 @@ const CHAT_SPECS: &[Spec] = &[
     Spec::Value("max-reply"),
     Spec::Value("history"),
     Spec::Value("messages"),
+    Spec::Value("prefix-cache"),
+    Spec::Value("prefix-cache-gb"),
 ];
 
 /// The run options chat takes (memory, compute, sampling, the context), as the run spells them.
@@ -91,6 +94,9 @@ usage: k3 chat <model_dir> [options]
                        system prompt, the --messages), every message (role, content,
                        reasoning, tool calls, ids, seconds, turn) and the commands that
                        change it (/undo, /reset, /think, /load)
+  --prefix-cache DIR   keep each turn's prompt state as a state file in DIR and start from the
+                       longest one the conversation extends, across runs (docs/cli.md);
+                       --prefix-cache-gb X bounds the files (decimal GB, default 20)
   --ctx N              positions of the conversation (default: the largest that fits, printed)
   --temperature T, --top-p P, --top-k K, --min-p M   sampling (default: generation_config.json,
                        else 1.0, 0.95, 0 off; min-p 0);  --seed S  (default: from the OS, printed)
@@ -236,6 +242,7 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         return Ok(());
     };
     let flags = chat_flags(&a)?;
+    let prefix_cache = super::serve::prefix_cache_flags(&a)?;
     let mut model = super::run::chat_open::open(a)?;
     let opts = ConversationOptions {
         settings: model.settings,
@@ -280,6 +287,10 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         results: Vec::new(),
         typed_ahead: false,
     };
+    if let Some((dir, bytes)) = prefix_cache {
+        let id = model.identity.clone();
+        chat.conv.disk = Some(PrefixCache::open(&dir, id, bytes, "k3 chat")?);
+    }
     if let Some(h) = &mut chat.history {
         h.lines(&history_start(&chat.conv, flags.max_reply))?;
     }
@@ -373,7 +384,9 @@ impl Chat {
                     "saved {path} (state) and {path}.json (transcript)"
                 ));
             }),
-            Entry::Load(path) => files::load(model, &self.conv.opts, &path).and_then(|c| {
+            Entry::Load(path) => files::load(model, &self.conv.opts, &path).and_then(|mut c| {
+                // the prefix cache stays with the chat
+                c.disk = self.conv.disk.take();
                 self.conv = c;
                 self.results.clear();
                 let s = &self.conv.opts.settings;

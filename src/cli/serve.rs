@@ -7,6 +7,7 @@ use super::args::{Args, Spec};
 use crate::cli::run::MAX_SEQUENCES;
 use crate::error::{Error, Result};
 use crate::generate::defaults::chat_defaults;
+use crate::generate::prefix_cache::PrefixCache;
 use crate::http::{self, Shutdown};
 use crate::serve::api;
 use crate::serve::metrics::Metrics;
@@ -41,6 +42,8 @@ const SERVE_SPECS: &[Spec] = &[
     Spec::Switch("log-prompts"),
     Spec::Switch("no-ui"),
     Spec::Value("model-id"),
+    Spec::Value("prefix-cache"),
+    Spec::Value("prefix-cache-gb"),
 ];
 
 /// The run flags `serve` takes (memory, compute, tokenizer, context, slots).
@@ -97,6 +100,10 @@ usage: k3 serve <model_dir> [options]
   --log-prompts        put request bodies in the log (never by default)
   --no-ui              no chat page at / (404, as any unknown route)
   --model-id ID        the model name clients use (default: the directory name)
+  --prefix-cache DIR   also keep prompt snapshots as state files in DIR, so a held prefix
+                       (an agent's system prompt and tools) survives a restart (docs/cli.md)
+  --prefix-cache-gb X  the files' total size at most, decimal GB; least recently used
+                       evicted (default 20)
   --stop-id ID         extra end id (repeatable)
   --spec K             speculative decoding in every slot: up to K drafted ids per sweep (0 to
                        64; default 0 = off); the same replies as without it (README)
@@ -121,6 +128,8 @@ struct ServeFlags {
     model_id: Option<String>,
     /// The chat page at `/` (`--no-ui` turns it off).
     ui: bool,
+    /// `--prefix-cache DIR` and `--prefix-cache-gb` in bytes.
+    prefix_cache: Option<(std::path::PathBuf, u64)>,
 }
 
 fn count(a: &Args, name: &str, default: usize, min: usize, max: usize) -> Result<usize> {
@@ -222,7 +231,41 @@ fn serve_flags(a: &Args) -> Result<ServeFlags> {
         log_prompts: a.switch("log-prompts"),
         ui: !a.switch("no-ui"),
         model_id,
+        prefix_cache: prefix_cache_flags(a)?,
     })
+}
+
+/// `--prefix-cache DIR` and `--prefix-cache-gb X` (serve and chat): the directory and the
+/// bound in bytes, `None` without the cache.
+///
+/// Errors (exit 2, naming the flag): an empty directory name; a size that is not a positive
+/// number of decimal GB; `--prefix-cache-gb` without `--prefix-cache`.
+pub(crate) fn prefix_cache_flags(a: &Args) -> Result<Option<(std::path::PathBuf, u64)>> {
+    let gb = match a.value("prefix-cache-gb")? {
+        None => None,
+        Some(v) => {
+            let x: f64 = v.trim().parse().unwrap_or(f64::NAN);
+            if !(x.is_finite() && x > 0.0 && x * 1e9 < u64::MAX as f64) {
+                return Err(Error::invalid(format!(
+                    "flag `--prefix-cache-gb {v}`: expected a positive number of decimal GB"
+                )));
+            }
+            Some((x * 1e9) as u64)
+        }
+    };
+    match a.value_os("prefix-cache") {
+        Some(d) if d.is_empty() => Err(Error::invalid(
+            "flag `--prefix-cache`: empty; give a directory for the cache's state files",
+        )),
+        Some(d) => Ok(Some((
+            d.into(),
+            gb.unwrap_or((crate::generate::prefix_cache::DEFAULT_GB * 1e9) as u64),
+        ))),
+        None if gb.is_some() => Err(Error::invalid(
+            "flag `--prefix-cache-gb`: needs --prefix-cache DIR (the directory it bounds)",
+        )),
+        None => Ok(None),
+    }
 }
 
 /// A duration in milliseconds from the test hook `var`, if set (tests only; DEVELOPERS.md).
@@ -272,7 +315,17 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     };
     let f = serve_flags(&a)?;
     let listener = bind(f.ip, f.port)?;
-    let mut prep = crate::cli::run::prepare_serve(a, f.parallel, f.snapshots)?;
+    // the prefix cache's one state waiting for the writer and one being read are planned
+    // like two more snapshots
+    let planned = match &f.prefix_cache {
+        Some(_) => Some(f.snapshots.unwrap_or(f.parallel).saturating_add(2)),
+        None => f.snapshots,
+    };
+    let mut prep = crate::cli::run::prepare_serve(a, f.parallel, planned)?;
+    let identity = match &f.prefix_cache {
+        Some(_) => Some(prep.state_identity()?),
+        None => None,
+    };
     let addr = listener
         .local_addr()
         .map_err(|e| Error::io(format!("the listening socket: {e}")))?;
@@ -321,6 +374,12 @@ pub fn run(argv: &[OsString]) -> Result<()> {
     crate::sayln!(
         "k3 serve: listening on http://{addr} (loading the model; /health is 503 until ready)"
     );
+    // after the listening line: what the index skips and removes is logged where a
+    // reader of the log looks
+    let disk = match (&f.prefix_cache, identity) {
+        (Some((dir, bytes)), Some(id)) => Some(PrefixCache::open(dir, id, *bytes, "k3 serve")?),
+        _ => None,
+    };
     let defaults = http::Limits::default();
     let limits = http::Limits {
         max_body_bytes: f.max_body,
@@ -378,6 +437,7 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         let mut sched = Scheduler {
             queue: &queue,
             pool: SnapshotPool::new(snapshots),
+            disk,
             ctx,
             end_ids,
             vocab: server.limits.vocab,

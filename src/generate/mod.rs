@@ -9,6 +9,7 @@ pub mod batch_input;
 pub mod budget;
 pub mod defaults;
 pub mod logprob;
+pub mod prefix_cache;
 pub mod sample;
 pub mod session;
 pub mod spec;

@@ -24,6 +24,7 @@ use crate::tokenizer::Tokenizer;
 use k3_kernels::Fnv1a64;
 use std::time::Instant;
 
+mod prefix;
 mod resume;
 mod turn;
 mod verify;

@@ -12,6 +12,7 @@ use super::pool::SnapshotPool;
 use super::reply::{token_logprob, TokenLogprob};
 use crate::error::Result;
 use crate::generate::budget::ThinkBudget;
+use crate::generate::prefix_cache::{self, PrefixCache};
 use crate::generate::sample::SamplerSettings;
 use crate::generate::session::{Progress, Sequence, SequenceOptions, Session, StepEvent};
 use crate::generate::stop::{StopReason, StopRules};
@@ -162,6 +163,8 @@ pub struct Scheduler<'a> {
     pub queue: &'a Queue,
     /// The snapshot pool (prefix reuse).
     pub pool: SnapshotPool,
+    /// The prefix cache on disk (`--prefix-cache`), if any.
+    pub disk: Option<PrefixCache>,
     /// Positions per sequence (`--ctx`).
     pub ctx: usize,
     /// End ids (`[EOS]`, `<|end_of_msg|>`, `--stop-id`).
@@ -249,9 +252,16 @@ impl Scheduler<'_> {
                 rules: rules.clone(),
                 all_rows: false,
             };
-            let mut seq = sess.sequence(&job.ids, self.ctx, o)?;
+            let mut seq = sess.sequence(&job.ids, self.ctx, o.clone())?;
             let mut cached = 0;
-            if let Some((len, snap)) = self.pool.longest_prefix(&job.ids) {
+            // a file on disk when it covers more than the pool's longest snapshot
+            let held = self.pool.longest_prefix(&job.ids).map_or(0, |(len, _)| len);
+            let disk = self.disk.as_mut();
+            if let Some((s, len)) =
+                disk.and_then(|d| d.continue_from(&sess.model, &job.ids, held, self.ctx, &o))
+            {
+                (seq, cached) = (s, len);
+            } else if let Some((len, snap)) = self.pool.longest_prefix(&job.ids) {
                 seq.restore(snap)?;
                 seq.set_settings(job.settings);
                 cached = len;
@@ -273,7 +283,7 @@ impl Scheduler<'_> {
                     total: job.ids.len() - cached,
                     gone: false,
                 };
-                sess.prefill(&mut seq, Some(&mut prog), &mut |_| Ok(()))?;
+                prefix_cache::prefill(self.disk.as_mut(), sess, &mut seq, Some(&mut prog))?;
                 self.pool.insert(job.ids.clone(), seq.snapshot());
             }
             Ok(Some((seq, cached)))

@@ -55,9 +55,15 @@ pub(crate) struct ChatModel {
 /// Errors: those of the main job's checks and plan (exit 2, or 3 when nothing fits), no
 /// tokenizer (exit 2), a bad `generation_config.json` (exit 2).
 pub(crate) fn open(a: Args) -> Result<ChatModel> {
+    // the prefix cache's state waiting for its writer and the one being read: two more
+    let disk = if a.value_os("prefix-cache").is_some() {
+        2
+    } else {
+        0
+    };
     let mut req = request_from_args(a, "chat")?;
     req.parallel = 1;
-    req.snapshots = Some(CHAT_SNAPSHOTS);
+    req.snapshots = Some(CHAT_SNAPSHOTS + disk);
     let quiet = req.quiet;
     let say = |s: &str| {
         if !quiet {

@@ -70,6 +70,12 @@ impl ServePrepared {
     pub(crate) fn parallel(&self) -> usize {
         self.req.parallel
     }
+    /// The model's identity for state files (FORMATS.md §9.1): the prefix cache's key.
+    ///
+    /// Errors: a shard header that cannot be read for the weights tag (exit 4).
+    pub(crate) fn state_identity(&self) -> Result<crate::generate::state_file::StateIdentity> {
+        super::state::identity(&self.inp, &self.index, &self.census)
+    }
     /// The key of the server's signatures (thinking blocks of `POST /v1/messages`): the
     /// canonical config string and the weights tag (FORMATS.md §9.1), the model's identity.
     ///

@@ -239,3 +239,48 @@ fn blank_lines_are_not_messages() {
     assert_eq!(c.replies().len(), 1, "{}", c.stderr());
     assert_eq!(c.inputs().len(), 1);
 }
+
+/// `--prefix-cache DIR`: a second chat process starts the same conversation from the state
+/// file the first wrote (turn 1 prefills the pending id alone) and answers with the same ids.
+#[test]
+fn a_prefix_cache_carries_the_prompt_across_processes() {
+    let cache = crate::support::scratch_dir("chat-prefix-cache-dir");
+    let c = cache.to_str().unwrap();
+    let mut args = SAMPLED.to_vec();
+    args.extend([
+        "--system",
+        "You are a careful assistant.",
+        "--prefix-cache",
+        c,
+    ]);
+    let first = chat(
+        "chat-prefix-cache-1",
+        &args,
+        "Hello there\nAnd more\n",
+        None,
+    );
+    assert_eq!(first.code(), 0, "{}", first.stderr());
+    assert!(
+        first.stderr().contains("[turn 1: prefilled"),
+        "{}",
+        first.stderr()
+    );
+    let files = std::fs::read_dir(&cache).unwrap().count();
+    assert!(files >= 1, "no state file written");
+    let second = chat(
+        "chat-prefix-cache-2",
+        &args,
+        "Hello there\nAnd more\n",
+        None,
+    );
+    assert_eq!(second.code(), 0, "{}", second.stderr());
+    assert!(
+        second.stderr().contains("[turn 1: prefilled 1 new ids"),
+        "{}",
+        second.stderr()
+    );
+    let replies =
+        |c: &super::Chat| -> Vec<Vec<u32>> { c.replies().iter().map(|r| ids(r, "ids")).collect() };
+    assert_eq!(replies(&first), replies(&second));
+    assert_eq!(first.stdout(), second.stdout());
+}
