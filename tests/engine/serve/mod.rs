@@ -10,6 +10,7 @@ mod concurrency;
 mod disconnect;
 mod log;
 mod messages;
+mod prefill;
 mod responses;
 mod spec;
 mod startup;
