@@ -423,8 +423,9 @@ pub struct Session<'t, T: TrunkSource, E: ExpertSource> {
     pub full_recompute: bool,
     /// Speculative decoding (`--spec K`, ENGINE.md §10); off by default.
     pub spec: Speculation,
-    /// Prompt positions of joining sequences run per step, in all ([`Session::join`];
-    /// [`crate::plan::join_slice`]); default: the prefill chunk.
+    /// Rows a step's forward may hold for joining sequences' prompts, less the decoding
+    /// sequences' rows of the step ([`Session::join`]; [`crate::plan::join_slice`]); default:
+    /// the prefill chunk.
     pub join_slice: usize,
     forced: Vec<u32>,
 }
@@ -557,7 +558,7 @@ impl<'t, T: TrunkSource, E: ExpertSource> Session<'t, T, E> {
         let joins = if self.full_recompute {
             Vec::new()
         } else {
-            self.join_rows(seqs)
+            self.join_rows(seqs, going.len())
         };
         let full_joins: Vec<usize> = (0..seqs.len())
             .filter(|&i| self.full_recompute && seqs[i].join.is_some())

@@ -1,7 +1,8 @@
 //! Joining sequences (ENGINE.md §10, §11): a sequence that joins running ones prefills as rows
 //! of their steps' forwards instead of alone before them. [`Session::join`] marks it; each
-//! [`Session::step`] then runs up to [`Session::join_slice`] of the joiners' prompt positions
-//! (first joined, first served) as segments of the same [`Model::forward_batch`] as the
+//! [`Session::step`] then runs up to [`Session::join_slice`] positions, less the decoding
+//! sequences' rows of that step, of the joiners' prompts (first joined, first served) as
+//! segments of the same [`Model::forward_batch`] as the
 //! decoding sequences' new ids, so one read of each weight serves both and no decoder waits
 //! for a whole prompt. A prompt run in slices gives the same bits as in chunks (MODEL.md §7),
 //! and a row of a batched forward the same bits as alone, so the joiner's logits, ids and
@@ -102,11 +103,12 @@ impl<T: TrunkSource, E: ExpertSource> Session<'_, T, E> {
         Ok(())
     }
 
-    /// The joiners' rows of this step: up to [`Session::join_slice`] positions in all, the
-    /// first joiner of `seqs` first. Only the last slice of a prompt asks for a logits row,
+    /// The joiners' rows of a step whose decoding sequences run `used` rows: up to
+    /// [`Session::join_slice`] − `used` positions in all (at least 1), the first joiner of
+    /// `seqs` first. Only the last slice of a prompt asks for a logits row,
     /// its last (a joiner wants no other: it has no sink).
-    pub(super) fn join_rows(&self, seqs: &[&mut Sequence]) -> Vec<Rows> {
-        let mut left = self.join_slice.max(1);
+    pub(super) fn join_rows(&self, seqs: &[&mut Sequence], used: usize) -> Vec<Rows> {
+        let mut left = self.join_slice.saturating_sub(used).max(1);
         let mut rows = Vec::new();
         for (i, s) in seqs.iter().enumerate() {
             if s.join.is_none() || left == 0 {

@@ -112,7 +112,8 @@ impl<T: TrunkSource, E: ExpertSource> Session<'_, T, E> {
                 join: false,
             });
         }
-        rows.extend(self.join_rows(seqs));
+        let used = rows.iter().map(|r| r.ids.len()).sum();
+        rows.extend(self.join_rows(seqs, used));
         rows.sort_by_key(|r| r.seq);
         if rows.is_empty() {
             return Ok(StepFigures::default());

@@ -89,7 +89,7 @@ fn joiners_equal_alone(spec: usize) {
         sess.prefill(&mut s, None, &mut |_| Ok(())).unwrap();
         seqs.push(s);
     }
-    let mut step = |sess: &mut Tiny, seqs: &mut Vec<Sequence>| -> Vec<usize> {
+    let step = |sess: &mut Tiny, seqs: &mut Vec<Sequence>| -> Vec<usize> {
         let mut chose = vec![0usize; seqs.len()];
         let mut refs: Vec<&mut Sequence> = seqs.iter_mut().collect();
         sess.step(&mut refs, &mut |ev| {
