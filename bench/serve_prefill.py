@@ -62,7 +62,7 @@ def stream(port, ids, max_tokens, timeout, times, started=None, stop_at=None):
     """Streams one greedy completion of `ids`; appends the time of each data event to
     `times`; returns (send time, first-token time). Stops reading when `stop_at` is set."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    body = json.dumps({"model": "m", "prompt": ids, "max_tokens": max_tokens,
+    body = json.dumps({"model": MODEL_ID[0], "prompt": ids, "max_tokens": max_tokens,
                        "temperature": 0, "stream": True})
     t0 = time.perf_counter()
     conn.request("POST", "/v1/completions", body=body,
@@ -84,6 +84,9 @@ def stream(port, ids, max_tokens, timeout, times, started=None, stop_at=None):
             break
     conn.close()
     return t0, first
+
+
+MODEL_ID = ["k3"]
 
 
 def prompt(n, salt):
@@ -135,6 +138,7 @@ def main():
     ap.add_argument("--tsv")
     ap.add_argument("--note", default="")
     a = ap.parse_args()
+    MODEL_ID[0] = os.path.basename(os.path.normpath(a.model))
     out = Out(a.tsv)
     out.comment("command: " + " ".join(shlex.quote(x) for x in [sys.executable] + sys.argv))
     out.comment("machine: " + machine())
