@@ -445,7 +445,10 @@ pub fn run(argv: &[OsString]) -> Result<()> {
             stop: &stop,
             drain,
         };
-        sched.run(&mut model.sess);
+        // joining prompts run beside the decoders, in slices that fill the planned rows
+        let sess = &mut model.sess;
+        sess.join_slice = crate::plan::join_slice(sess.chunk, parallel, sess.spec.max_draft);
+        sched.run(sess);
     });
     stop.store(true, Ordering::SeqCst);
     shutdown.request();

@@ -218,6 +218,12 @@ impl PrefixCache {
         self.entries.iter().map(|e| e.bytes).sum()
     }
 
+    /// Whether a prompt of `ids` would be written ([`PrefixCache::store`]): no file of its ids
+    /// is indexed and the writer runs. A caller then prefills all but the last id first.
+    pub fn will_store(&self, ids: &[u32]) -> bool {
+        !self.holds(ids) && self.writer.is_some()
+    }
+
     /// Whether a file of exactly `ids` is indexed (written or being written).
     pub fn holds(&self, ids: &[u32]) -> bool {
         self.entries.iter().any(|e| e.ids == ids)
@@ -343,7 +349,7 @@ impl PrefixCache {
     /// Hands the state of `seq` (its last id pending) to the writer, unless a file of its ids
     /// is held, it alone exceeds the bound, or the writer is busy (then skipped: nothing
     /// waits). Evicts least recently used files to make room first.
-    fn store(&mut self, seq: &Sequence) {
+    pub fn store(&mut self, seq: &Sequence) {
         self.sync();
         if self.holds(seq.ids()) || self.writer.is_none() {
             return;
@@ -397,7 +403,7 @@ pub fn prefill<T: TrunkSource, E: ExpertSource>(
     mut progress: Option<&mut dyn Progress>,
 ) -> Result<()> {
     let mut sink = |_: &[f32]| Ok(());
-    let Some(cache) = cache.filter(|c| !c.holds(seq.ids()) && c.writer.is_some()) else {
+    let Some(cache) = cache.filter(|c| c.will_store(seq.ids())) else {
         return sess.prefill(seq, progress, &mut sink);
     };
     let Some(last) = seq.split_last() else {

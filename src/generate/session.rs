@@ -18,16 +18,19 @@ use crate::error::{Error, Result};
 use crate::model::experts::{ExpertSource, ExpertStats};
 use crate::model::state::{DecodeState, LayerState};
 use crate::model::weights::{Bf16Mat, LayerPart, PartBuf};
-use crate::model::{Exec, LogitRows, Model, Segment, TrunkSource};
+use crate::model::{Exec, LogitRows, Model, TrunkSource};
 use crate::tokenizer::stream::StreamDecoder;
 use crate::tokenizer::Tokenizer;
 use k3_kernels::Fnv1a64;
 use std::time::Instant;
 
+mod join;
 mod prefix;
 mod resume;
 mod turn;
 mod verify;
+
+pub use join::PrefillProgress;
 
 /// The environment variable of the forced-reply test hook (module docs).
 pub const FORCE_IDS_ENV: &str = "K3_TEST_FORCE_IDS";
@@ -112,6 +115,8 @@ pub struct Sequence {
     spec: SeqSpec,
     /// The thinking budget (a constraint of ENGINE.md §8), if the turn has one.
     budget: Option<ThinkBudget>,
+    /// Prefilling as rows of the steps (module `join`), until its prompt has run.
+    join: Option<join::Joining>,
 }
 
 /// A copy of a sequence at one point (ids, KDA state and conv history, MLA rows, sampler
@@ -162,6 +167,7 @@ impl Sequence {
             fig_taken: false,
             spec: SeqSpec::default(),
             budget: None,
+            join: None,
         })
     }
 
@@ -320,6 +326,7 @@ impl Sequence {
             fig_taken: self.fig_taken,
             spec: self.spec.light(),
             budget: self.budget.clone(),
+            join: self.join.clone(),
         }
     }
 
@@ -381,7 +388,12 @@ pub trait Progress {
     /// The forward of chunk `chunk` (zero-based) of `n_chunks` asks for layer `layer`
     /// (zero-based) of `layers`.
     fn layer(&mut self, chunk: usize, n_chunks: usize, layer: usize, layers: usize);
-    /// Chunk `chunk` of `n_chunks` finished; `positions` have run.
+    /// A prompt's forward starts: `base` positions ran before it, it runs `total` more.
+    /// Default: nothing.
+    fn started(&mut self, base: usize, total: usize) {
+        let _ = (base, total);
+    }
+    /// Chunk `chunk` of `n_chunks` finished; `positions` have run (in all, `base` included).
     fn chunk_done(&mut self, chunk: usize, n_chunks: usize, positions: usize);
     /// The forward finished.
     fn done(&mut self);
@@ -412,7 +424,23 @@ pub struct Session<'t, T: TrunkSource, E: ExpertSource> {
     pub full_recompute: bool,
     /// Speculative decoding (`--spec K`, ENGINE.md §10); off by default.
     pub spec: Speculation,
+    /// Rows a step's forward may hold for joining sequences' prompts, less the decoding
+    /// sequences' rows of the step ([`Session::join`]; [`crate::plan::join_slice`]); default:
+    /// the prefill chunk.
+    pub join_slice: usize,
     forced: Vec<u32>,
+}
+
+/// One sequence's rows of a step's forward: its new ids, how many of them are drafted (the
+/// last ones), which logits rows it wants, and whether they are a joiner's prompt slice.
+struct Rows {
+    seq: usize,
+    ids: Vec<u32>,
+    drafted: usize,
+    /// Positions run before the forward.
+    n_pos0: usize,
+    want: LogitRows,
+    join: bool,
 }
 
 impl<'t, T: TrunkSource, E: ExpertSource> Session<'t, T, E> {
@@ -433,6 +461,7 @@ impl<'t, T: TrunkSource, E: ExpertSource> Session<'t, T, E> {
             chunk: chunk.max(1),
             full_recompute: false,
             spec: Speculation::off(),
+            join_slice: chunk.max(1),
             forced,
         })
     }
@@ -505,7 +534,7 @@ impl<'t, T: TrunkSource, E: ExpertSource> Session<'t, T, E> {
             return self.sweep(seqs, on);
         }
         for (i, s) in seqs.iter_mut().enumerate() {
-            if !s.active() {
+            if !s.active() || s.join.is_some() {
                 continue;
             }
             let k = s.ids.len() - s.prompt_len;
@@ -516,7 +545,7 @@ impl<'t, T: TrunkSource, E: ExpertSource> Session<'t, T, E> {
         self.advance(seqs, on)
     }
 
-    /// The forward of a step over the pending ids.
+    /// The forward of a step over the pending ids and the joiners' slices (module `join`).
     fn advance(
         &mut self,
         seqs: &mut [&mut Sequence],
@@ -527,9 +556,18 @@ impl<'t, T: TrunkSource, E: ExpertSource> Session<'t, T, E> {
         let going: Vec<usize> = (0..seqs.len())
             .filter(|&i| seqs[i].pending.is_some())
             .collect();
-        if going.is_empty() {
+        let joins = if self.full_recompute {
+            Vec::new()
+        } else {
+            self.join_rows(seqs, going.len())
+        };
+        let full_joins: Vec<usize> = (0..seqs.len())
+            .filter(|&i| self.full_recompute && seqs[i].join.is_some())
+            .collect();
+        if going.is_empty() && joins.is_empty() && full_joins.is_empty() {
             return Ok(StepFigures::default());
         }
+        let mut joined = Vec::new();
         if self.full_recompute {
             for &i in &going {
                 let s = &mut *seqs[i];
@@ -537,37 +575,36 @@ impl<'t, T: TrunkSource, E: ExpertSource> Session<'t, T, E> {
                 let ids = s.ids.clone();
                 s.logits = self.chunks(&mut s.state, &ids, false, None, &mut |_| Ok(()))?;
             }
-        } else {
-            let pend: Vec<[u32; 1]> = going
-                .iter()
-                .map(|&i| [seqs[i].pending.unwrap_or(0)])
-                .collect();
-            let mut segs: Vec<Segment<'_>> = Vec::with_capacity(going.len());
-            let mut rest: &mut [&mut Sequence] = seqs;
-            let mut base = 0;
-            for (j, &i) in going.iter().enumerate() {
-                let (head, tail) = std::mem::take(&mut rest).split_at_mut(i - base + 1);
-                base = i + 1;
-                rest = tail;
-                let s = &mut *head[head.len() - 1];
-                segs.push(Segment {
-                    state: &mut s.state,
-                    ids: &pend[j],
-                    rows: LogitRows::Last,
-                });
+            for &i in &full_joins {
+                self.join_alone(seqs[i])?;
             }
-            let rows = self.model.forward_batch(
-                &self.ex,
-                &mut self.trunk,
-                &mut self.experts,
-                &mut segs,
-            )?;
-            drop(segs);
-            for (&i, r) in going.iter().zip(rows) {
-                seqs[i].logits = r;
+        } else {
+            let mut rows: Vec<Rows> = going
+                .iter()
+                .map(|&i| Rows {
+                    seq: i,
+                    ids: vec![seqs[i].pending.unwrap_or(0)],
+                    drafted: 0,
+                    n_pos0: seqs[i].state.n_pos,
+                    want: LogitRows::Last,
+                    join: false,
+                })
+                .chain(joins)
+                .collect();
+            rows.sort_by_key(|r| r.seq);
+            let out = self.forward_rows(seqs, &rows)?;
+            for (r, l) in rows.iter().zip(out) {
+                if r.join {
+                    joined.push((r.seq, l));
+                } else {
+                    seqs[r.seq].logits = l;
+                }
             }
         }
         let f = self.figures_since(t, s0, d0);
+        for (i, l) in joined {
+            self.joined(seqs[i], l, f);
+        }
         for &i in &going {
             let s = &mut *seqs[i];
             s.pending = None;
@@ -601,6 +638,9 @@ impl<'t, T: TrunkSource, E: ExpertSource> Session<'t, T, E> {
         let v = self.model.dims.v;
         let n_chunks = ids.len().div_ceil(self.chunk);
         let mut last_row = Vec::new();
+        if let Some(p) = progress.as_deref_mut() {
+            p.started(state.n_pos, ids.len());
+        }
         for (ci, ch) in ids.chunks(self.chunk).enumerate() {
             let last = ci + 1 == n_chunks;
             let want = if all {

@@ -14,6 +14,7 @@
 //! one constructor ([`MemoryPlan::of_run`]). Size formatting lives in [`crate::units`].
 
 mod budget;
+mod join;
 pub mod released;
 mod shortfall;
 mod sizes;
@@ -25,6 +26,7 @@ pub use budget::{
     gb_to_bytes, preset, presets_text, Budget, Preset, AUTO_MARGIN_MIN, AUTO_MARGIN_SHARE, GB,
     PRESETS,
 };
+pub use join::join_slice;
 pub use shortfall::{Limit, Refusal, Shortfall};
 pub use sizes::{
     buffer_bytes, kernel_scratch_bytes, layer_piece_bytes, layer_run_bytes, layer_trunk_bytes,

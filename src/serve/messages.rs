@@ -486,10 +486,8 @@ fn stream(
                         .into(),
                 );
             }
-            Event::Progress { done, total } => {
-                ok = s
-                    .chunk(&encode::sse_comment(&format!("prefill {done}/{total}")))
-                    .is_ok();
+            Event::Progress { progress } => {
+                ok = s.chunk(&encode::sse_comment(&progress.to_string())).is_ok();
                 evs.push(Object::new().with("type", "ping").into());
             }
             Event::Token { id, .. } => {

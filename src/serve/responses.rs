@@ -667,10 +667,8 @@ fn stream(
                 evs.push(ev_with("response.created", resp.clone()));
                 evs.push(ev_with("response.in_progress", resp));
             }
-            Event::Progress { done, total } => {
-                ok = s
-                    .chunk(&encode::sse_comment(&format!("prefill {done}/{total}")))
-                    .is_ok();
+            Event::Progress { progress } => {
+                ok = s.chunk(&encode::sse_comment(&progress.to_string())).is_ok();
             }
             Event::Token { id, .. } => {
                 r.token(id, &mut evs);

@@ -344,9 +344,9 @@ fn stream(
                     Kind::Completion => true,
                 }
             }
-            Event::Progress { done, total } => s
-                .chunk(&encode::sse_comment(&format!("prefill {done}/{total}")))
-                .is_ok(),
+            Event::Progress { progress } => {
+                s.chunk(&encode::sse_comment(&progress.to_string())).is_ok()
+            }
             Event::Token { id, logprob } => {
                 let (p, lp) = r.token(id, logprob);
                 let ok = emit(server, &mut s, r, head, &p, lp, &mut text_at);

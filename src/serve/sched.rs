@@ -2,9 +2,11 @@
 //! submit [`Job`]s to a bounded [`Queue`] and receive [`Event`]s on their own channel. Up to
 //! `parallel` sequences are active; each step is one forward over all of them
 //! ([`Session::step`]), so a sequence's ids and logits are the bits it gets alone. A job joins
-//! at the next step (prefilled alone, from the longest held snapshot of its prefix); a job
-//! whose receiver is gone (the client disconnected, or the handler stopped at a `stop`
-//! string) leaves at the next step, is cut at the next prefill chunk, or is never started
+//! at the next step from the longest held snapshot of its prefix, and the rest of its prompt
+//! runs as rows of the following steps, a slice of positions per step beside the decoding
+//! jobs' ids ([`Session::join`]), so no decoding job waits for a whole prompt; a job whose
+//! receiver is gone (the client disconnected, or the handler stopped at a `stop` string)
+//! leaves at the next step (a prefilling one after its current slice), or is never started
 //! when it left while queued. A failed step fails that step's jobs; the server stays up.
 
 use super::metrics::Metrics;
@@ -12,9 +14,9 @@ use super::pool::SnapshotPool;
 use super::reply::{token_logprob, TokenLogprob};
 use crate::error::Result;
 use crate::generate::budget::ThinkBudget;
-use crate::generate::prefix_cache::{self, PrefixCache};
+use crate::generate::prefix_cache::PrefixCache;
 use crate::generate::sample::SamplerSettings;
-use crate::generate::session::{Progress, Sequence, SequenceOptions, Session, StepEvent};
+use crate::generate::session::{PrefillProgress, Sequence, SequenceOptions, Session, StepEvent};
 use crate::generate::stop::{StopReason, StopRules};
 use crate::model::experts::ExpertSource;
 use crate::model::TrunkSource;
@@ -52,12 +54,11 @@ pub enum Event {
         /// Prompt ids reused (`usage.prompt_tokens_details.cached_tokens`).
         cached: usize,
     },
-    /// `done` of `total` prompt ids to prefill have run.
+    /// A slice of the prompt has run: positions done and in all, seconds since the job
+    /// joined; its `Display` is the SSE comment's text (ENGINE.md §11).
     Progress {
-        /// Positions run so far in this prefill.
-        done: usize,
-        /// Positions this prefill runs.
-        total: usize,
+        /// The prefill's progress.
+        progress: PrefillProgress,
     },
     /// The next generated id, with the logits it was chosen from when asked.
     Token {
@@ -184,6 +185,12 @@ struct Active {
     seq: Sequence,
     events: Sender<Event>,
     logprobs: Option<usize>,
+    /// While its prompt prefills as rows of the steps: the prompt (snapshotted at its end),
+    /// the ids reused from a held snapshot and when the job started.
+    joining: Option<(Vec<u32>, usize, Instant)>,
+    /// The prompt's last id, held back while the rest prefills so the prefix cache can store
+    /// the state with it pending (`--prefix-cache`); run as one more joined row after.
+    held_last: Option<u32>,
 }
 
 impl Scheduler<'_> {
@@ -228,17 +235,17 @@ impl Scheduler<'_> {
         }
     }
 
-    /// Gives `job` a sequence: from the longest held snapshot of its prefix, else fresh;
-    /// prefills what is new and snapshots the prompt's end. None when the job ended already:
-    /// its client is gone (found by the `Started` event, before any prefill, or by a progress
-    /// event between prefill chunks, which cuts the prefill short), or its prefill failed.
+    /// Gives `job` a sequence: from the longest held snapshot of its prefix, else fresh; what
+    /// is new joins the next steps ([`Session::join`]; [`Scheduler::joined`] snapshots the
+    /// prompt's end). None when the job ended already: its client is gone (found by the
+    /// `Started` event, before any prefill), or it could not start.
     fn start<T: TrunkSource, E: ExpertSource>(
         &mut self,
         sess: &mut Session<'_, T, E>,
         job: Job,
     ) -> Option<Active> {
         let t0 = Instant::now();
-        let res = (|| -> Result<Option<(Sequence, usize)>> {
+        let res = (|| -> Result<Option<(Sequence, usize, Option<u32>)>> {
             let rules = StopRules::new(
                 self.end_ids.clone(),
                 Vec::new(),
@@ -254,6 +261,7 @@ impl Scheduler<'_> {
             };
             let mut seq = sess.sequence(&job.ids, self.ctx, o.clone())?;
             let mut cached = 0;
+            let mut held_last = None;
             // a file on disk when it covers more than the pool's longest snapshot
             let held = self.pool.longest_prefix(&job.ids).map_or(0, |(len, _)| len);
             let disk = self.disk.as_mut();
@@ -276,34 +284,49 @@ impl Scheduler<'_> {
             if job.events.send(Event::Started { cached }).is_err() {
                 return Ok(None);
             }
+            // the rest of the prompt runs as rows of the next steps
             if cached < job.ids.len() {
-                let mut prog = ToEvents {
-                    events: &job.events,
-                    base: cached,
-                    total: job.ids.len() - cached,
-                    gone: false,
-                };
-                prefix_cache::prefill(self.disk.as_mut(), sess, &mut seq, Some(&mut prog))?;
-                self.pool.insert(job.ids.clone(), seq.snapshot());
+                // with a prefix cache that will store this prompt: up to its last id first,
+                // so the file keeps that id pending (an ordinary state file, FORMATS.md §9);
+                // `joined` then stores it and runs the last id
+                if self.disk.as_ref().is_some_and(|d| d.will_store(&job.ids)) {
+                    held_last = seq.split_last();
+                }
+                if seq.state().n_pos < seq.ids().len() {
+                    sess.join(&mut seq)?;
+                } else if let Some(last) = held_last.take() {
+                    seq.rejoin_last(last);
+                    if let Some(d) = self.disk.as_mut() {
+                        d.store(&seq);
+                    }
+                    sess.join(&mut seq)?;
+                }
             }
-            Ok(Some((seq, cached)))
+            Ok(Some((seq, cached, held_last)))
         })();
         match res {
             Ok(None) => None,
-            Ok(Some((mut seq, cached))) => {
+            Ok(Some((mut seq, cached, held_last))) => {
                 // after any restore: a held snapshot carries the budget of the job that made it
                 seq.set_think_budget(job.think_budget.map(|b| *b));
-                self.metrics
-                    .prefilled(job.ids.len() - cached, cached, t0.elapsed().as_secs_f64());
-                if let Some(r) = seq.stop_reason() {
-                    let _ = job.events.send(Event::Done(r));
-                    return None;
-                }
-                Some(Active {
+                let mut a = Active {
                     seq,
                     events: job.events,
                     logprobs: job.logprobs,
-                })
+                    joining: None,
+                    held_last,
+                };
+                if cached < job.ids.len() {
+                    a.joining = Some((job.ids, cached, t0));
+                    return Some(a);
+                }
+                self.metrics
+                    .prefilled(0, cached, t0.elapsed().as_secs_f64());
+                if let Some(r) = a.seq.stop_reason() {
+                    let _ = a.events.send(Event::Done(r));
+                    return None;
+                }
+                Some(a)
             }
             Err(e) => {
                 let _ = job.events.send(Event::Failed(e.message));
@@ -362,6 +385,9 @@ impl Scheduler<'_> {
                 let ending = chosen.iter().filter(|c| c.2.is_some()).count();
                 self.queue.set_active(active.len() - ending);
                 let mut gone = vec![false; active.len()];
+                for (i, a) in active.iter_mut().enumerate() {
+                    gone[i] = !self.joined(sess, a);
+                }
                 for (i, id, stop, logprob) in chosen {
                     let a = &active[i];
                     let tok = Event::Token { id, logprob };
@@ -380,34 +406,49 @@ impl Scheduler<'_> {
             }
         }
     }
-}
 
-/// A prefill's progress as [`Event::Progress`], sent to every job: a streaming handler writes
-/// it as an SSE comment, and every handler looks at its client when an event comes, so a
-/// failed send (the handler has gone) cancels the prefill at the end of the chunk.
-struct ToEvents<'a> {
-    events: &'a Sender<Event>,
-    /// Positions already run (from a snapshot).
-    base: usize,
-    total: usize,
-    /// A send failed: nobody waits for this prefill.
-    gone: bool,
-}
-
-impl Progress for ToEvents<'_> {
-    fn layer(&mut self, _: usize, _: usize, _: usize, _: usize) {}
-    fn chunk_done(&mut self, chunk: usize, n_chunks: usize, positions: usize) {
-        if chunk + 1 < n_chunks {
-            let sent = self.events.send(Event::Progress {
-                done: positions.saturating_sub(self.base).min(self.total),
-                total: self.total,
-            });
-            self.gone |= sent.is_err();
+    /// After a step, a job whose prompt prefills as rows of the steps: tells its progress,
+    /// or, when its prompt has run, snapshots the prompt's end for prefix reuse and applies
+    /// the stop rules that fire before any choice. False when the job has ended (its client
+    /// is gone, or it stopped before its first id).
+    fn joined<T: TrunkSource, E: ExpertSource>(
+        &mut self,
+        sess: &Session<'_, T, E>,
+        a: &mut Active,
+    ) -> bool {
+        let Some((ids, cached, t0)) = a.joining.take() else {
+            return true;
+        };
+        if let Some(progress) = a.seq.prefilling() {
+            a.joining = Some((ids, cached, t0));
+            // a failed send: the handler has gone, nobody waits for this prefill
+            return a.events.send(Event::Progress { progress }).is_ok();
         }
-    }
-    fn done(&mut self) {}
-    fn cancelled(&self) -> bool {
-        self.gone
+        // all but the held-back last id ran: the state to store, then that id as a joiner
+        if let Some(last) = a.held_last.take() {
+            a.seq.rejoin_last(last);
+            if let Some(d) = self.disk.as_mut() {
+                d.store(&a.seq);
+            }
+            if let Err(e) = sess.join(&mut a.seq) {
+                let _ = a.events.send(Event::Failed(e.message));
+                return false;
+            }
+            a.joining = Some((ids, cached, t0));
+            return true;
+        }
+        let n = ids.len() - cached;
+        // the place a job's prompt becomes a held snapshot (prefix reuse, ENGINE.md §11)
+        self.pool.insert(ids, a.seq.snapshot());
+        self.metrics
+            .prefilled(n, cached, t0.elapsed().as_secs_f64());
+        match a.seq.stop_reason() {
+            Some(r) => {
+                let _ = a.events.send(Event::Done(r));
+                false
+            }
+            None => true,
+        }
     }
 }
 

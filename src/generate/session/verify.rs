@@ -16,21 +16,12 @@
 //! [`DraftSource`]: crate::generate::spec::DraftSource
 //! [`KdaSave`]: crate::generate::spec::KdaSave
 
-use super::{Sequence, Session, StepEvent, StepFigures};
+use super::{Rows, Sequence, Session, StepEvent, StepFigures};
 use crate::error::{Error, Result};
 use crate::generate::spec::SpecStats;
 use crate::model::experts::{ExpertSource, ExpertStats};
 use crate::model::{LogitRows, Segment, TrunkSource};
 use std::time::Instant;
-
-/// One sequence's part of a sweep: its rows and how many of them are drafted (the last ones).
-struct Rows {
-    seq: usize,
-    ids: Vec<u32>,
-    drafted: usize,
-    /// Positions run before the sweep.
-    n_pos0: usize,
-}
 
 impl Sequence {
     /// The speculation counters of this sequence (FORMATS.md §10 `speculation`).
@@ -75,7 +66,7 @@ impl<T: TrunkSource, E: ExpertSource> Session<'_, T, E> {
     ) -> Result<StepFigures> {
         // The first choice after a prefill (later ones are made right after each forward).
         for (i, s) in seqs.iter_mut().enumerate() {
-            if s.active() && s.pending.is_none() {
+            if s.active() && s.pending.is_none() && s.join.is_none() {
                 let forced = self.forced.get(s.ids.len() - s.prompt_len).copied();
                 let c = s.choose(forced, self.tok)?;
                 on(StepEvent::Chosen(i, &c))?;
@@ -113,27 +104,34 @@ impl<T: TrunkSource, E: ExpertSource> Session<'_, T, E> {
                 ids,
                 drafted,
                 n_pos0,
+                want: if drafted > 0 {
+                    LogitRows::All
+                } else {
+                    LogitRows::Last
+                },
+                join: false,
             });
         }
+        let used = rows.iter().map(|r| r.ids.len()).sum();
+        rows.extend(self.join_rows(seqs, used));
+        rows.sort_by_key(|r| r.seq);
         if rows.is_empty() {
             return Ok(StepFigures::default());
         }
-        let out = self.forward_rows(seqs, &rows, |r| {
-            if r.drafted > 0 {
-                LogitRows::All
-            } else {
-                LogitRows::Last
-            }
-        })?;
+        let out = self.forward_rows(seqs, &rows)?;
         let f = self.figures_since(t, s0, d0);
         let mut settle = Vec::new();
         for (r, logits) in rows.iter().zip(out) {
-            if let Some(keep) = self.verify(&mut *seqs[r.seq], r, &logits, f, on)? {
+            if r.join {
+                self.joined(seqs[r.seq], logits, f);
+            } else if let Some(keep) = self.verify(&mut *seqs[r.seq], r, &logits, f, on)? {
                 settle.push(Rows {
                     seq: r.seq,
                     ids: seqs[r.seq].ids[r.n_pos0..r.n_pos0 + keep].to_vec(),
                     drafted: 0,
                     n_pos0: r.n_pos0,
+                    want: LogitRows::None,
+                    join: false,
                 });
             }
         }
@@ -144,7 +142,7 @@ impl<T: TrunkSource, E: ExpertSource> Session<'_, T, E> {
         // sequence's state is the one a one-id decode leaves (its last id pending).
         let t2 = Instant::now();
         let (s1, d1) = (self.experts.stats(), self.trunk.bytes_read());
-        self.forward_rows(seqs, &settle, |_| LogitRows::None)?;
+        self.forward_rows(seqs, &settle)?;
         let f2 = self.figures_since(t2, s1, d1);
         for r in &settle {
             seqs[r.seq].spec.stats.verify_seconds += f2.seconds;
@@ -156,13 +154,12 @@ impl<T: TrunkSource, E: ExpertSource> Session<'_, T, E> {
         })
     }
 
-    /// One forward over every sequence's `rows` (the logits rows `want` says), each segment's
-    /// rows `[n, V]` in `rows` order.
-    fn forward_rows(
+    /// One forward over every sequence's `rows` (in increasing sequence order; the logits rows
+    /// each one's `want` says), each segment's rows `[n, V]` in `rows` order.
+    pub(super) fn forward_rows(
         &mut self,
         seqs: &mut [&mut Sequence],
         rows: &[Rows],
-        want: impl Fn(&Rows) -> LogitRows,
     ) -> Result<Vec<Vec<f32>>> {
         let mut segs: Vec<Segment<'_>> = Vec::with_capacity(rows.len());
         let mut rest: &mut [&mut Sequence] = seqs;
@@ -175,7 +172,7 @@ impl<T: TrunkSource, E: ExpertSource> Session<'_, T, E> {
             segs.push(Segment {
                 state: &mut s.state,
                 ids: &r.ids,
-                rows: want(r),
+                rows: r.want,
             });
         }
         self.model

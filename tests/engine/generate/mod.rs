@@ -5,6 +5,7 @@
 //! list.
 
 mod cli;
+mod join;
 mod sample;
 mod session;
 mod spec;

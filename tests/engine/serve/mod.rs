@@ -10,6 +10,7 @@ mod concurrency;
 mod disconnect;
 mod log;
 mod messages;
+mod prefill;
 mod prefix_cache;
 mod responses;
 mod spec;
