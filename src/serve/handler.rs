@@ -10,7 +10,8 @@
 use super::api::ApiError;
 use super::encode;
 use super::guard;
-use super::run::{self, Outcome};
+use super::drive::Outcome;
+use super::run;
 use super::server::Server;
 use super::ui;
 use crate::http::{Handler, Request, Responder, Response};
