@@ -543,3 +543,19 @@ fn stored_responses_continue_as_the_whole_conversation() {
     let sr = accumulate(&post(&s, "/v1/responses", &st));
     assert_eq!(comparable(sr)["output"], comparable(c)["output"]);
 }
+
+/// The bug: without `max_output_tokens` a response stopped after one id (the Responses route
+/// defaulted to 1 where chat completions runs up to the context), so Codex CLI, which sends
+/// none, got one token. The forced reply comes back whole, streamed and not.
+#[test]
+fn no_max_output_tokens_runs_up_to_the_context() {
+    let s = start(&["--ctx", "1024"], &[("K3_TEST_FORCE_IDS", TOOL_REPLY)]);
+    let mut b = json!({"model": MODEL, "tools": tools(), "input": "Weather in Paris?"});
+    let v = post(&s, "/v1/responses", &b).json();
+    assert_eq!(v["status"], "completed", "{v}");
+    assert_eq!(v["output"].as_array().map(Vec::len), Some(3), "{v}");
+    assert!(v["usage"]["output_tokens"].as_u64() > Some(50), "{v}");
+    b["stream"] = json!(true);
+    let st = accumulate(&post(&s, "/v1/responses", &b));
+    assert_eq!(comparable(st), comparable(v));
+}
