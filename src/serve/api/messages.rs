@@ -14,7 +14,7 @@ use super::convert::{
     self, declaration, function, get, named_choice, plain, push_call, req_str, tool_name,
     tool_result, type_err, Rendered,
 };
-use super::fields::check_model;
+use super::fields::{check_model, found};
 use super::params::{check_length, gen_params};
 use super::{ApiError, GenParams, Limits};
 use crate::chat::{self, Arguments, Effort, Message, ResponseFormat, Role, Thinking, ToolChoice};
@@ -114,6 +114,7 @@ pub fn messages_job(
     if o.get("max_tokens").is_none_or(Value::is_null) {
         return Err(ApiError::invalid("max_tokens", "missing (required)"));
     }
+    anthropic_ranges(o)?;
     let (r, budget) = render(o, tok, lim)?;
     let mut params = gen_params(o, lim, os_seed, "max_tokens")?;
     params.stop = stop_sequences(o)?;
@@ -155,6 +156,32 @@ fn check_fields(o: &Object, accepted: &[&str]) -> Result<(), ApiError> {
         }
     }
     Ok(())
+}
+
+/// What Anthropic's API refuses and the sampling reader shared with chat completions takes
+/// (OpenAI's ranges): `temperature` above 1, a negative `top_k` (OpenAI-style clients' -1,
+/// "off"), a `metadata` that is not an object.
+fn anthropic_ranges(o: &Object) -> Result<(), ApiError> {
+    if let Some(v @ Value::Number(n)) = get(o, "temperature") {
+        if n.as_f64() > 1.0 {
+            return Err(ApiError::invalid(
+                "temperature",
+                format!("expected a number from 0 to 1, found {}", found(v)),
+            ));
+        }
+    }
+    if let Some(v @ Value::Number(n)) = get(o, "top_k") {
+        if n.lexeme().starts_with('-') {
+            return Err(ApiError::invalid(
+                "top_k",
+                format!("expected an integer ≥ 0, found {}", found(v)),
+            ));
+        }
+    }
+    match get(o, "metadata") {
+        None | Some(Value::Object(_)) => Ok(()),
+        Some(v) => Err(type_err("metadata", "an object", v)),
+    }
 }
 
 /// The conversation of a Messages body, rendered, and its thinking budget.
@@ -417,8 +444,9 @@ fn assistant_turn(blocks: &[Value], at: &str, key: &[u8], last: bool) -> Result<
                 known_keys(o, &["id", "name", "input"], &at)?;
                 let id = req_str(o, "id", &at)?;
                 let name = tool_name(o, &at)?;
+                // required, as Anthropic's API has it: a call without its input is refused
                 let input = match get(o, "input") {
-                    None => Vec::new(),
+                    None => return Err(ApiError::invalid(&format!("{at}.input"), "missing")),
                     Some(Value::Object(i)) => {
                         i.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
                     }
@@ -565,7 +593,10 @@ fn thinking(v: Option<&Value>) -> Result<(Thinking, Option<usize>), ApiError> {
                     .and_then(|n| n.as_u64())
                     .filter(|&n| n >= 1)
                     .ok_or_else(|| {
-                        ApiError::invalid("thinking.budget_tokens", "expected an integer ≥ 1")
+                        ApiError::invalid(
+                            "thinking.budget_tokens",
+                            format!("expected an integer ≥ 1, found {}", found(v)),
+                        )
                     })?,
             };
             Ok((
