@@ -244,7 +244,12 @@ fn failed(message: &str) -> ApiError {
 
 /// Runs one request end to end: queues its job, then answers with `face`'s encoding of the
 /// reply, streamed or whole as `reply.params.stream` says.
-pub fn drive(server: &Server, out: &mut Responder<'_>, reply: Reply, face: &mut dyn Face) -> Outcome {
+pub fn drive(
+    server: &Server,
+    out: &mut Responder<'_>,
+    reply: Reply,
+    face: &mut dyn Face,
+) -> Outcome {
     let (tx, rx) = mpsc::channel();
     let Reply {
         ids,

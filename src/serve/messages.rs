@@ -16,10 +16,9 @@ use super::api::ApiError;
 use super::drive::{call_base, drive, seed_source, End, Face, Frames, Outcome, Reply};
 use super::encode::Usage;
 use super::reply::{Piece, TokenLogprob};
-use super::server::Server;
+use super::server::{no_route, not_allowed, Server};
 use crate::http::{Request, Responder, Response};
 use crate::json::{Object, Value};
-use std::sync::atomic::Ordering;
 
 /// Routes `/v1/messages` and `/v1/messages/count_tokens` (the key, the method, the model
 /// loaded), every refusal in Anthropic's error shape.
@@ -32,34 +31,15 @@ pub fn route(server: &Server, req: &Request, out: &mut Responder<'_>, n: u64) ->
         "/v1/messages" => false,
         "/v1/messages/count_tokens" => true,
         _ => {
-            let e = ApiError::other(
-                404,
-                "not_found_error",
-                format!(
-                    "{} {path}: no such route (routes: /v1/messages, /v1/messages/count_tokens)",
-                    req.method
-                ),
-            );
+            let e = no_route(req, "/v1/messages, /v1/messages/count_tokens");
             return refused(server, out, &e);
         }
     };
     if req.method != "POST" {
-        let e = ApiError::other(
-            405,
-            "invalid_request_error",
-            format!("{} {path}: method not allowed; use POST", req.method),
-        );
-        let r = error_response(server, &e).header("Allow", "POST");
-        let mut o = Outcome::sent(out, r);
-        o.error = Some(e.kind.to_string());
-        return o;
+        let e = not_allowed(req, "POST");
+        return Outcome::refused(out, error_response(server, &e).header("Allow", "POST"), &e);
     }
-    if !server.loaded.load(Ordering::SeqCst) {
-        let e = ApiError::other(
-            503,
-            "overloaded_error",
-            "the model is still loading; retry shortly (GET /health says when it is ready)",
-        );
+    if let Err(e) = server.ready() {
         return refused(server, out, &e);
     }
     let body = super::api::parse_body(&req.body);
@@ -129,12 +109,7 @@ impl<'k> Blocks<'k> {
                 .with("signature", sig);
             out.push(delta(i, d));
         }
-        out.push(
-            Object::new()
-                .with("type", "content_block_stop")
-                .with("index", i)
-                .into(),
-        );
+        out.push(stop(i));
     }
 
     fn start(&mut self, block: Object, out: &mut Vec<Value>) -> usize {
@@ -172,12 +147,7 @@ impl<'k> Blocks<'k> {
                     .with("type", "input_json_delta")
                     .with("partial_json", arguments.as_str());
                 out.push(delta(i, d));
-                out.push(
-                    Object::new()
-                        .with("type", "content_block_stop")
-                        .with("index", i)
-                        .into(),
-                );
+                out.push(stop(i));
                 return;
             }
         };
@@ -269,6 +239,15 @@ impl<'k> Blocks<'k> {
     }
 }
 
+/// `content_block_stop` of block `i`.
+fn stop(i: usize) -> Value {
+    Object::new()
+        .with("type", "content_block_stop")
+        .with("index", i)
+        .into()
+}
+
+/// `content_block_delta` `d` of block `i`.
 fn delta(i: usize, d: Object) -> Value {
     Object::new()
         .with("type", "content_block_delta")
@@ -353,7 +332,9 @@ impl MessagesFace<'_> {
 impl Face for MessagesFace<'_> {
     fn start(&mut self, u: &Usage, out: &mut Frames) {
         let m = message(&self.id, self.model, Vec::new(), ("", Value::Null), u);
-        let e = Object::new().with("type", "message_start").with("message", m);
+        let e = Object::new()
+            .with("type", "message_start")
+            .with("message", m);
         out.push(sse_event(&e.into()));
     }
 

@@ -18,11 +18,10 @@ use super::api::ApiError;
 use super::drive::{call_base, drive, seed_source, End, Face, Frames, Outcome, Reply};
 use super::encode::Usage;
 use super::reply::{Piece, TokenLogprob};
-use super::server::{unix_now, Server};
+use super::server::{no_route, not_allowed, unix_now, Server};
 use super::store::STORE_MAX;
 use crate::http::{Request, Responder, Response};
 use crate::json::{Object, Value};
-use std::sync::atomic::Ordering;
 
 fn unknown_id(id: &str, field: &str) -> ApiError {
     let mut e = ApiError::invalid(
@@ -54,11 +53,7 @@ pub fn route(server: &Server, req: &Request, out: &mut Responder<'_>, n: u64) ->
     let path = req.path();
     if let Some(id) = path.strip_prefix("/v1/responses/") {
         if req.method != "GET" {
-            let e = ApiError::other(
-                405,
-                "invalid_request_error",
-                format!("{} {path}: method not allowed; use GET", req.method),
-            );
+            let e = not_allowed(req, "GET");
             return Outcome::sent(out, server.error(&e).header("Allow", "GET"));
         }
         return match server.stored.get(id) {
@@ -67,32 +62,14 @@ pub fn route(server: &Server, req: &Request, out: &mut Responder<'_>, n: u64) ->
         };
     }
     if path != "/v1/responses" {
-        let e = ApiError::other(
-            404,
-            "not_found_error",
-            format!(
-                "{} {path}: no such route (routes: /v1/responses, /v1/responses/{{id}})",
-                req.method
-            ),
-        );
+        let e = no_route(req, "/v1/responses, /v1/responses/{id}");
         return refused(server, out, &e);
     }
     if req.method != "POST" {
-        let e = ApiError::other(
-            405,
-            "invalid_request_error",
-            format!("{} {path}: method not allowed; use POST", req.method),
-        );
-        let mut o = Outcome::sent(out, server.error(&e).header("Allow", "POST"));
-        o.error = Some(e.kind.to_string());
-        return o;
+        let e = not_allowed(req, "POST");
+        return Outcome::refused(out, server.error(&e).header("Allow", "POST"), &e);
     }
-    if !server.loaded.load(Ordering::SeqCst) {
-        let e = ApiError::other(
-            503,
-            "overloaded_error",
-            "the model is still loading; retry shortly (GET /health says when it is ready)",
-        );
+    if let Err(e) = server.ready() {
         return refused(server, out, &e);
     }
     let mut store = None;

@@ -157,7 +157,14 @@ impl Face for OpenAi<'_> {
             let lp = self.logprobs.then(|| {
                 encode::completion_logprobs(self.tok, &self.lps, &mut TextOffset::default())
             });
-            encode::completion(&self.head, &text, Some(end.finish), lp, Some(&end.usage), false)
+            encode::completion(
+                &self.head,
+                &text,
+                Some(end.finish),
+                lp,
+                Some(&end.usage),
+                false,
+            )
         };
         body.to_json()
     }

@@ -1,13 +1,36 @@
 //! What the Messages and Responses codecs share on their way to the one conversation type
-//! ([`chat::Request`], ENGINE.md §11): member reads that name the field, a plain message,
+//! ([`chat::Request`], ENGINE.md §11): member reads that name the field, the top-level field check,
 //! tool declarations in the chat-completions form the template renders, the named tool
 //! choice, an assistant turn's tool calls and the tool results that answer them, and the
 //! render through the one chat template (TOKENIZER.md §10) to prompt ids.
 
 use super::ApiError;
-use crate::chat::{self, Arguments, Message, Request as ChatRequest, ResponseFormat, Role, Thinking, ToolCall, ToolChoice};
+use crate::chat::{
+    self, Arguments, Message, Request as ChatRequest, ResponseFormat, Role, Thinking, ToolCall,
+    ToolChoice,
+};
 use crate::json::{Object, Value};
 use crate::tokenizer::Tokenizer;
+
+/// Every top-level field of the body `o` is one the API reads (`accepted`) or takes and
+/// ignores (`ignored`); the first other one is refused by name, `listed` saying where the
+/// accepted fields are listed.
+pub(super) fn known_fields(
+    o: &Object,
+    accepted: &[&str],
+    ignored: &[&str],
+    listed: &str,
+) -> Result<(), ApiError> {
+    for (k, _) in o.iter() {
+        if !accepted.contains(&k) && !ignored.contains(&k) {
+            return Err(ApiError::invalid(
+                k,
+                format!("unknown field ({listed} lists the fields k3 accepts)"),
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// `field`: expected `expected`, found the value's type.
 pub(super) fn type_err(field: &str, expected: &str, v: &Value) -> ApiError {
@@ -32,32 +55,22 @@ pub(super) fn req_str<'a>(o: &'a Object, key: &str, at: &str) -> Result<&'a str,
     }
 }
 
-/// A message of `role` with `content` and nothing else.
-pub(super) fn plain(role: Role, content: Option<Vec<String>>) -> Message {
-    Message {
-        role,
-        name: None,
-        content,
-        reasoning: None,
-        tool_calls: Vec::new(),
-        tool_call_id: None,
-        tool: None,
-        tools: None,
-        partial: false,
-    }
-}
-
 /// The `name` of the tool or call `o` at `at`: a string the template can render as a tool
 /// name (the chat layer's rule).
 pub(super) fn tool_name<'a>(o: &'a Object, at: &str) -> Result<&'a str, ApiError> {
     let name = req_str(o, "name", at)?;
-    chat::messages::check_tool_name(name, &format!("{at}.name")).map_err(|e| ApiError::from_chat(&e))?;
+    chat::messages::check_tool_name(name, &format!("{at}.name"))
+        .map_err(|e| ApiError::from_chat(&e))?;
     Ok(name)
 }
 
 /// The declaration of the tool `o` at `at` in the form the template renders, without its
 /// parameters yet: `name` (unique among `names`, which it joins) and `description`.
-pub(super) fn declaration(o: &Object, at: &str, names: &mut Vec<String>) -> Result<Object, ApiError> {
+pub(super) fn declaration(
+    o: &Object,
+    at: &str,
+    names: &mut Vec<String>,
+) -> Result<Object, ApiError> {
     let name = tool_name(o, at)?;
     if names.iter().any(|n| n == name) {
         return Err(ApiError::invalid(
@@ -150,11 +163,14 @@ pub(super) fn tool_result(
             ))
         }
         Some((_, true)) => {
-            return Err(ApiError::invalid(field, format!("{id:?} is answered twice")))
+            return Err(ApiError::invalid(
+                field,
+                format!("{id:?} is answered twice"),
+            ))
         }
         Some((_, done)) => *done = true,
     }
-    let mut m = plain(Role::Tool, Some(content));
+    let mut m = Message::plain(Role::Tool, Some(content));
     m.tool_call_id = Some(id.to_string());
     Ok(m)
 }
@@ -198,7 +214,9 @@ pub(super) fn render(
     let stub = if partial {
         0
     } else {
-        chat::encode(tok, &chat::generation_stub(on)).map_err(err)?.len()
+        chat::encode(tok, &chat::generation_stub(on))
+            .map_err(err)?
+            .len()
     };
     Ok(Rendered {
         ids,

@@ -11,8 +11,8 @@
 //! (`messages[2].content[0].tool_use_id`); the error body is Anthropic's ([`error_body`]).
 
 use super::convert::{
-    self, declaration, function, get, named_choice, plain, push_call, req_str, tool_name,
-    tool_result, type_err, Rendered,
+    self, declaration, function, get, named_choice, push_call, req_str, tool_name, tool_result,
+    type_err, Rendered,
 };
 use super::fields::{check_model, found};
 use super::params::{check_length, gen_params};
@@ -121,7 +121,8 @@ pub fn messages_job(
     check_length(r.ids.len(), r.stub, &params, lim, "messages")?;
     let think_budget = match budget {
         Some(b) if r.thinking => {
-            let close = chat::encode(tok, &chat::think_closing()).map_err(|e| ApiError::from_chat(&e))?;
+            let close =
+                chat::encode(tok, &chat::think_closing()).map_err(|e| ApiError::from_chat(&e))?;
             Some(ThinkBudget { budget: b, close })
         }
         _ => None,
@@ -146,16 +147,9 @@ pub fn count_tokens(o: &Object, tok: &Tokenizer, lim: &Limits) -> Result<usize, 
     Ok(r.ids.len() - r.stub)
 }
 
+/// Unknown top-level fields refused by name.
 fn check_fields(o: &Object, accepted: &[&str]) -> Result<(), ApiError> {
-    for (k, _) in o.iter() {
-        if !accepted.contains(&k) && !IGNORED.contains(&k) {
-            return Err(ApiError::invalid(
-                k,
-                "unknown field (the README lists the Messages fields k3 accepts)",
-            ));
-        }
-    }
-    Ok(())
+    convert::known_fields(o, accepted, IGNORED, "the README's Messages section")
 }
 
 /// What Anthropic's API refuses and the sampling reader shared with chat completions takes
@@ -185,7 +179,11 @@ fn anthropic_ranges(o: &Object) -> Result<(), ApiError> {
 }
 
 /// The conversation of a Messages body, rendered, and its thinking budget.
-fn render(o: &Object, tok: &Tokenizer, lim: &Limits) -> Result<(Rendered, Option<usize>), ApiError> {
+fn render(
+    o: &Object,
+    tok: &Tokenizer,
+    lim: &Limits,
+) -> Result<(Rendered, Option<usize>), ApiError> {
     let (tools, names) = tools(o.get("tools"))?;
     let tool_choice = tool_choice(o.get("tool_choice"), &names)?;
     let (mut thinking, budget) = thinking(o.get("thinking"))?;
@@ -198,9 +196,6 @@ fn render(o: &Object, tok: &Tokenizer, lim: &Limits) -> Result<(Rendered, Option
     let r = convert::render(messages, tools, tool_choice, response_format, thinking, tok)?;
     Ok((r, budget))
 }
-
-
-
 
 /// Every non-null member of a block is one its type knows (`cache_control` and `citations`
 /// are accepted and ignored on any block): nothing given is dropped unseen.
@@ -277,9 +272,8 @@ fn system(v: Option<&Value>) -> Result<Vec<Message>, ApiError> {
     if t.iter().all(String::is_empty) {
         return Ok(Vec::new());
     }
-    Ok(vec![plain(Role::System, Some(t))])
+    Ok(vec![Message::plain(Role::System, Some(t))])
 }
-
 
 /// `messages` → chat messages: user turns (tool results, then text), assistant turns
 /// (reasoning, text, tool calls); the final assistant turn, if any, a prefill.
@@ -402,13 +396,13 @@ fn user_turn(
         }
     }
     if !text.is_empty() {
-        out.push(plain(Role::User, Some(text)));
+        out.push(Message::plain(Role::User, Some(text)));
     }
     Ok(out)
 }
 
 fn assistant_turn(blocks: &[Value], at: &str, key: &[u8], last: bool) -> Result<Message, ApiError> {
-    let mut m = plain(Role::Assistant, None);
+    let mut m = Message::plain(Role::Assistant, None);
     let mut text = Vec::new();
     let mut reasoning = String::new();
     for (j, b) in blocks.iter().enumerate() {
@@ -452,7 +446,15 @@ fn assistant_turn(blocks: &[Value], at: &str, key: &[u8], last: bool) -> Result<
                     }
                     Some(v) => return Err(type_err(&format!("{at}.input"), "an object", v)),
                 };
-                push_call(&mut m, id, name, Arguments::Object(input), &at, "id", "tool_use")?;
+                push_call(
+                    &mut m,
+                    id,
+                    name,
+                    Arguments::Object(input),
+                    &at,
+                    "id",
+                    "tool_use",
+                )?;
             }
             other => {
                 if let Some(e) = media_refusal(other, &at) {

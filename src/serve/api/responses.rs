@@ -14,20 +14,20 @@
 //! Every refusal names the field as a path (`input[2].call_id`), in OpenAI's error shape.
 
 use super::convert::{
-    declaration, function, get, named_choice, open_calls, plain, push_call, render, req_str,
+    declaration, function, get, known_fields, named_choice, open_calls, push_call, render, req_str,
     tool_name, tool_result, type_err, Rendered,
 };
 use super::fields::check_model;
 use super::params::{check_length, gen_params};
 use super::{ApiError, GenParams, Limits};
-use crate::chat::{
-    self, Effort, Message, Role, Thinking, ToolChoice,
-};
+use crate::chat::{self, Effort, Message, Role, Thinking, ToolChoice};
 use crate::json::{Object, Value};
 use crate::tokenizer::Tokenizer;
 
-/// Fields of `POST /v1/responses` read here.
+/// Fields of `POST /v1/responses` read here (`previous_response_id` by the route, which puts
+/// the stored conversation before `input`).
 const ACCEPTED: &[&str] = &[
+    "previous_response_id",
     "model",
     "input",
     "instructions",
@@ -132,15 +132,7 @@ pub fn responses_job(
     lim: &Limits,
     os_seed: &mut dyn FnMut() -> u64,
 ) -> Result<ResponsesJob, ApiError> {
-    // `previous_response_id` is resolved by the route (the stored conversation joins `input`)
-    for (k, _) in o.iter() {
-        if !ACCEPTED.contains(&k) && !IGNORED.contains(&k) && k != "previous_response_id" {
-            return Err(ApiError::invalid(
-                k,
-                "unknown field (docs/cli.md lists the Responses fields k3 accepts)",
-            ));
-        }
-    }
+    known_fields(o, ACCEPTED, IGNORED, "docs/cli.md's Responses section")?;
     check_model(o, lim)?;
     let encrypted = include(o)?;
     if let Some(v) = get(o, "parallel_tool_calls").filter(|v| v.as_bool().is_none()) {
@@ -153,7 +145,9 @@ pub fn responses_job(
     match get(o, "instructions") {
         None => {}
         Some(Value::String(s)) if s.is_empty() => {}
-        Some(Value::String(s)) => messages.push(plain(Role::System, Some(vec![s.clone()]))),
+        Some(Value::String(s)) => {
+            messages.push(Message::plain(Role::System, Some(vec![s.clone()])))
+        }
         Some(v) => return Err(type_err("instructions", "a string", v)),
     }
     messages.extend(input(get(o, "input"), &lim.sign_key)?);
@@ -267,7 +261,7 @@ struct Turn {
 impl Turn {
     fn get(&mut self) -> &mut Message {
         self.msg.get_or_insert_with(|| {
-            let mut m = plain(Role::Assistant, None);
+            let mut m = Message::plain(Role::Assistant, None);
             m.content = Some(Vec::new());
             m
         })
@@ -277,7 +271,9 @@ impl Turn {
 /// `input` → chat messages.
 fn input(v: Option<&Value>, key: &[u8]) -> Result<Vec<Message>, ApiError> {
     let items = match v {
-        Some(Value::String(s)) => return Ok(vec![plain(Role::User, Some(vec![s.clone()]))]),
+        Some(Value::String(s)) => {
+            return Ok(vec![Message::plain(Role::User, Some(vec![s.clone()]))])
+        }
         Some(Value::Array(a)) if a.is_empty() => {
             return Err(ApiError::invalid("input", "empty; give at least one item"))
         }
@@ -337,7 +333,7 @@ fn input(v: Option<&Value>, key: &[u8]) -> Result<Vec<Message>, ApiError> {
                         ))
                     }
                 };
-                out.push(plain(role, Some(text)));
+                out.push(Message::plain(role, Some(text)));
             }
             "reasoning" => {
                 known_keys(o, &["summary", "content", "encrypted_content"], &at)?;

@@ -398,10 +398,16 @@ fn bad_messages_requests_are_refused_naming_the_field() {
         &s,
         m,
         &[key],
-        &with("thinking", json!({"type": "enabled", "budget_tokens": 1e30})),
+        &with(
+            "thinking",
+            json!({"type": "enabled", "budget_tokens": 1e30}),
+        ),
     );
     assert_error(&r, 400, Some("thinking.budget_tokens"));
-    let msg = r.json()["error"]["message"].as_str().unwrap_or("").to_string();
+    let msg = r.json()["error"]["message"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
     assert!(msg.contains("found 1e+30"), "{msg}");
     // count_tokens refuses the same way, and what only generation takes
     let c = "/v1/messages/count_tokens";
