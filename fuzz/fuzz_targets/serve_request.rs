@@ -2,35 +2,17 @@
 //! every refusal is a 4xx in the OpenAI shape (its body parses as JSON with `error.message`);
 //! an accepted chat request's prompt fits the context and its ids are below V.
 #![no_main]
-use k3::serve::api::{self, Limits};
-use k3::tokenizer::Tokenizer;
+use k3::serve::api;
+use k3_fuzz::{limits, refusal, tokenizer};
 use libfuzzer_sys::fuzz_target;
-use std::sync::OnceLock;
-
-fn tokenizer() -> &'static Tokenizer {
-    static TOK: OnceLock<Tokenizer> = OnceLock::new();
-    TOK.get_or_init(|| {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/tiny-k3-text");
-        Tokenizer::load(std::path::Path::new(dir)).expect("the fixture tokenizer")
-    })
-}
 
 fn check(e: &api::ApiError) {
-    assert!((400..500).contains(&e.status), "{e:?}");
-    let v = k3::json::parse(e.body().as_bytes()).expect("the error body is JSON");
-    assert!(v.get("error").and_then(|e| e.get("message")).is_some());
+    refusal(e, &e.body());
 }
 
 fuzz_target!(|data: &[u8]| {
     let tok = tokenizer();
-    let lim = Limits {
-        model_id: "tiny-k3-text".into(),
-        ctx: 512,
-        vocab: tok.vocab_size(),
-        defaults: k3::generate::defaults::chat_defaults(std::path::Path::new("/nonexistent"))
-            .expect("the fixed defaults"),
-        sign_key: b"fuzz".to_vec(),
-    };
+    let lim = limits(tok);
     let o = match api::parse_body(data) {
         Ok(o) => o,
         Err(e) => return check(&e),

@@ -525,15 +525,9 @@ fn reply_message(events: Vec<ReplyEvent>, exchange: usize) -> (Message, Vec<Stri
         }
     }
     let m = Message {
-        role: Role::Assistant,
-        name: None,
-        content: Some(vec![content]),
         reasoning: (!reasoning.is_empty()).then_some(reasoning),
         tool_calls: calls,
-        tool_call_id: None,
-        tool: None,
-        tools: None,
-        partial: false,
+        ..Message::plain(Role::Assistant, Some(vec![content]))
     };
     (m, warnings)
 }
@@ -556,31 +550,15 @@ pub fn call_id(exchange: usize, index: usize) -> String {
 
 /// A user message of `text`.
 pub fn user_message(text: &str) -> Message {
-    Message {
-        role: Role::User,
-        name: None,
-        content: Some(vec![text.to_string()]),
-        reasoning: None,
-        tool_calls: Vec::new(),
-        tool_call_id: None,
-        tool: None,
-        tools: None,
-        partial: false,
-    }
+    Message::plain(Role::User, Some(vec![text.to_string()]))
 }
 
 /// The result `text` of `call` as a tool message (its `tool_call_id` and name).
 pub fn tool_message(call: &ToolCall, text: &str) -> Message {
     Message {
-        role: Role::Tool,
-        name: None,
-        content: Some(vec![text.to_string()]),
-        reasoning: None,
-        tool_calls: Vec::new(),
         tool_call_id: call.id.clone(),
         tool: Some(call.name.clone()),
-        tools: None,
-        partial: false,
+        ..Message::plain(Role::Tool, Some(vec![text.to_string()]))
     }
 }
 

@@ -72,6 +72,24 @@ pub struct Message {
     pub partial: bool,
 }
 
+impl Message {
+    /// A message of `role` with `content` and nothing else (no name, reasoning, calls or
+    /// tool fields; not partial): what every builder of a message starts from.
+    pub fn plain(role: Role, content: Option<Vec<String>>) -> Message {
+        Message {
+            role,
+            name: None,
+            content,
+            reasoning: None,
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            tool: None,
+            tools: None,
+            partial: false,
+        }
+    }
+}
+
 fn role(m: &Object, at: &str) -> Result<Role> {
     let field = format!("{at}.role");
     match m.get("role") {

@@ -4,6 +4,7 @@
 //! context check are `params`. Every refusal is an [`ApiError`] naming the field (`param`);
 //! the chat template's own refusals (TOKENIZER.md §10) name their path.
 
+mod convert;
 mod fields;
 pub mod messages;
 mod params;

@@ -8,10 +8,11 @@
 //! probes, which only count in `/metrics`).
 
 use super::api::ApiError;
+use super::drive::Outcome;
 use super::encode;
 use super::guard;
-use super::run::{self, Outcome};
-use super::server::Server;
+use super::run;
+use super::server::{no_route, not_allowed, Server};
 use super::ui;
 use crate::http::{Handler, Request, Responder, Response};
 use std::net::SocketAddr;
@@ -164,11 +165,7 @@ impl Server {
         }
         if self.ui && ui::is_ui_path(path) {
             if method != "GET" && method != "HEAD" {
-                let e = ApiError::other(
-                    405,
-                    "invalid_request_error",
-                    format!("{method} {path}: method not allowed; use GET"),
-                );
+                let e = not_allowed(req, "GET");
                 return Outcome::sent(out, self.error(&e).header("Allow", "GET"));
             }
             return Outcome::sent(out, ui::response(req));
@@ -188,23 +185,16 @@ impl Server {
             _ if model.is_some() => "GET",
             "/v1/chat/completions" | "/v1/completions" => "POST",
             _ => {
-                let e = ApiError::other(
-                    404,
-                    "not_found_error",
-                    format!(
-                        "{method} {path}: no such route (routes: /v1/chat/completions, /v1/completions, /v1/messages, /v1/responses, /v1/models, /v1/models/{{id}}, /health, /metrics{})",
-                        if self.ui { ", / (the chat page)" } else { "" }
-                    ),
+                let routes = format!(
+                    "/v1/chat/completions, /v1/completions, /v1/messages, /v1/responses, /v1/models, /v1/models/{{id}}, /health, /metrics{}",
+                    if self.ui { ", / (the chat page)" } else { "" }
                 );
+                let e = no_route(req, &routes);
                 return Outcome::sent(out, self.error(&e));
             }
         };
         if method != allowed && !(allowed == "GET" && method == "HEAD") {
-            let e = ApiError::other(
-                405,
-                "invalid_request_error",
-                format!("{method} {path}: method not allowed; use {allowed}"),
-            );
+            let e = not_allowed(req, allowed);
             let r = self.error(&e).header("Allow", allowed);
             return Outcome::sent(out, r);
         }
@@ -228,16 +218,11 @@ impl Server {
                     Outcome::sent(out, self.error(&e))
                 }
             }
-            _ if !self.loaded.load(Ordering::SeqCst) => {
-                let e = ApiError::other(
-                    503,
-                    "overloaded_error",
-                    "the model is still loading; retry shortly (GET /health says when it is ready)",
-                );
-                Outcome::sent(out, self.error(&e))
-            }
-            "/v1/chat/completions" => run::chat(self, req, out, n),
-            _ => run::completion(self, req, out, n),
+            _ => match self.ready() {
+                Err(e) => Outcome::sent(out, self.error(&e)),
+                Ok(()) if path == "/v1/chat/completions" => run::chat(self, req, out, n),
+                Ok(()) => run::completion(self, req, out, n),
+            },
         }
     }
 }

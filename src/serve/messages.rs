@@ -13,16 +13,12 @@
 
 use super::api::messages::{self as codec, error_body, thinking_signature};
 use super::api::ApiError;
-use super::encode::{self, Usage};
-use super::reply::{Piece, ReplyBuilder};
-use super::run::{call_base, next, seed_source, Outcome};
-use super::sched::{Event, Job};
-use super::server::Server;
-use crate::generate::stop::StopReason;
-use crate::http::{Request, Responder, Response, Stream};
+use super::drive::{call_base, drive, seed_source, End, Face, Frames, Outcome, Reply};
+use super::encode::Usage;
+use super::reply::{Piece, TokenLogprob};
+use super::server::{no_route, not_allowed, Server};
+use crate::http::{Request, Responder, Response};
 use crate::json::{Object, Value};
-use std::sync::atomic::Ordering;
-use std::sync::mpsc;
 
 /// Routes `/v1/messages` and `/v1/messages/count_tokens` (the key, the method, the model
 /// loaded), every refusal in Anthropic's error shape.
@@ -35,34 +31,15 @@ pub fn route(server: &Server, req: &Request, out: &mut Responder<'_>, n: u64) ->
         "/v1/messages" => false,
         "/v1/messages/count_tokens" => true,
         _ => {
-            let e = ApiError::other(
-                404,
-                "not_found_error",
-                format!(
-                    "{} {path}: no such route (routes: /v1/messages, /v1/messages/count_tokens)",
-                    req.method
-                ),
-            );
+            let e = no_route(req, "/v1/messages, /v1/messages/count_tokens");
             return refused(server, out, &e);
         }
     };
     if req.method != "POST" {
-        let e = ApiError::other(
-            405,
-            "invalid_request_error",
-            format!("{} {path}: method not allowed; use POST", req.method),
-        );
-        let r = error_response(server, &e).header("Allow", "POST");
-        let mut o = Outcome::sent(out, r);
-        o.error = Some(e.kind.to_string());
-        return o;
+        let e = not_allowed(req, "POST");
+        return Outcome::refused(out, error_response(server, &e).header("Allow", "POST"), &e);
     }
-    if !server.loaded.load(Ordering::SeqCst) {
-        let e = ApiError::other(
-            503,
-            "overloaded_error",
-            "the model is still loading; retry shortly (GET /health says when it is ready)",
-        );
+    if let Err(e) = server.ready() {
         return refused(server, out, &e);
     }
     let body = super::api::parse_body(&req.body);
@@ -96,9 +73,7 @@ fn error_response(server: &Server, e: &ApiError) -> Response {
 }
 
 fn refused(server: &Server, out: &mut Responder<'_>, e: &ApiError) -> Outcome {
-    let mut o = Outcome::sent(out, error_response(server, e));
-    o.error = Some(e.param.clone().unwrap_or_else(|| e.kind.to_string()));
-    o
+    Outcome::refused(out, error_response(server, e), e)
 }
 
 /// The content blocks of a reply as Anthropic events: [`Blocks::push`] turns pieces into
@@ -134,12 +109,7 @@ impl<'k> Blocks<'k> {
                 .with("signature", sig);
             out.push(delta(i, d));
         }
-        out.push(
-            Object::new()
-                .with("type", "content_block_stop")
-                .with("index", i)
-                .into(),
-        );
+        out.push(stop(i));
     }
 
     fn start(&mut self, block: Object, out: &mut Vec<Value>) -> usize {
@@ -177,12 +147,7 @@ impl<'k> Blocks<'k> {
                     .with("type", "input_json_delta")
                     .with("partial_json", arguments.as_str());
                 out.push(delta(i, d));
-                out.push(
-                    Object::new()
-                        .with("type", "content_block_stop")
-                        .with("index", i)
-                        .into(),
-                );
+                out.push(stop(i));
                 return;
             }
         };
@@ -274,6 +239,15 @@ impl<'k> Blocks<'k> {
     }
 }
 
+/// `content_block_stop` of block `i`.
+fn stop(i: usize) -> Value {
+    Object::new()
+        .with("type", "content_block_stop")
+        .with("index", i)
+        .into()
+}
+
+/// `content_block_delta` `d` of block `i`.
 fn delta(i: usize, d: Object) -> Value {
     Object::new()
         .with("type", "content_block_delta")
@@ -300,12 +274,8 @@ fn usage(u: &Usage) -> Object {
 }
 
 /// `stop_reason` and `stop_sequence` of the reply.
-fn stop_reason(
-    b: &ReplyBuilder<'_>,
-    why: Option<StopReason>,
-    stops: &[String],
-) -> (&'static str, Value) {
-    if let Some(k) = b.stop_index {
+fn stop_reason(end: &End, stops: &[String]) -> (&'static str, Value) {
+    if let Some(k) = end.stop_index {
         let s = stops
             .get(k)
             .cloned()
@@ -313,7 +283,7 @@ fn stop_reason(
             .unwrap_or(Value::Null);
         return ("stop_sequence", s);
     }
-    let r = match b.finish_reason(why) {
+    let r = match end.finish {
         "tool_calls" => "tool_use",
         "length" => "max_tokens",
         _ => "end_turn",
@@ -321,40 +291,7 @@ fn stop_reason(
     (r, Value::Null)
 }
 
-/// The reply as it is built.
-struct Running<'t> {
-    b: ReplyBuilder<'t>,
-    blocks: Blocks<'t>,
-    usage: Usage,
-    why: Option<StopReason>,
-}
-
-impl Running<'_> {
-    fn token(&mut self, id: u32, out: &mut Vec<Value>) {
-        let mut pieces = Vec::new();
-        self.b.push(id, &mut pieces);
-        for p in &pieces {
-            self.blocks.push(p, out);
-        }
-    }
-
-    fn finish(&mut self, out: &mut Vec<Value>) {
-        let mut pieces = Vec::new();
-        self.b.finish(&mut pieces);
-        for p in &pieces {
-            self.blocks.push(p, out);
-        }
-        self.blocks.finish(out);
-    }
-
-    fn final_usage(&mut self) -> Usage {
-        self.usage.cached_tokens = self.usage.cached_tokens.min(self.usage.prompt_tokens);
-        self.usage.completion_tokens = self.b.completion_tokens;
-        self.usage.reasoning_tokens = self.b.reasoning_tokens;
-        self.usage
-    }
-}
-
+/// The `message` object: the whole reply, or (empty, no `stop_reason`) `message_start`'s.
 fn message(id: &str, model: &str, content: Vec<Value>, stop: (&str, Value), u: &Usage) -> Object {
     let (reason, seq) = stop;
     Object::new()
@@ -368,181 +305,112 @@ fn message(id: &str, model: &str, content: Vec<Value>, stop: (&str, Value), u: &
         .with("usage", usage(u))
 }
 
+/// The Messages encoding of a reply: the events of [`Blocks`], each framed with its
+/// `event:` line; a whole reply applies the same events to its `content`.
+struct MessagesFace<'s> {
+    id: String,
+    model: &'s str,
+    stops: Vec<String>,
+    blocks: Blocks<'s>,
+    /// A whole reply's content and each block's collected `partial_json` ([`Blocks::apply`]).
+    content: Vec<Value>,
+    json: Vec<String>,
+}
+
+impl MessagesFace<'_> {
+    fn send(&mut self, evs: Vec<Value>, out: &mut Frames) {
+        for e in &evs {
+            if out.streaming() {
+                out.push(sse_event(e));
+            } else {
+                Blocks::apply(e, &mut self.content, &mut self.json);
+            }
+        }
+    }
+}
+
+impl Face for MessagesFace<'_> {
+    fn start(&mut self, u: &Usage, out: &mut Frames) {
+        let m = message(&self.id, self.model, Vec::new(), ("", Value::Null), u);
+        let e = Object::new()
+            .with("type", "message_start")
+            .with("message", m);
+        out.push(sse_event(&e.into()));
+    }
+
+    fn progress(&mut self, out: &mut Frames) {
+        out.push(sse_event(&Object::new().with("type", "ping").into()));
+    }
+
+    fn pieces(&mut self, pieces: &[Piece], _: Option<TokenLogprob>, out: &mut Frames) {
+        let mut evs = Vec::new();
+        for p in pieces {
+            self.blocks.push(p, &mut evs);
+        }
+        self.send(evs, out);
+    }
+
+    fn finish(&mut self, end: &End, out: &mut Frames) {
+        let mut evs = Vec::new();
+        self.blocks.finish(&mut evs);
+        let (reason, seq) = stop_reason(end, &self.stops);
+        let d = Object::new()
+            .with("stop_reason", reason)
+            .with("stop_sequence", seq);
+        evs.push(
+            Object::new()
+                .with("type", "message_delta")
+                .with("delta", d)
+                .with("usage", usage(&end.usage))
+                .into(),
+        );
+        evs.push(Object::new().with("type", "message_stop").into());
+        self.send(evs, out);
+    }
+
+    fn whole(&mut self, end: &End) -> String {
+        let mut evs = Vec::new();
+        self.blocks.finish(&mut evs);
+        for e in &evs {
+            Blocks::apply(e, &mut self.content, &mut self.json);
+        }
+        let content = std::mem::take(&mut self.content);
+        let stop = stop_reason(end, &self.stops);
+        Value::from(message(&self.id, self.model, content, stop, &end.usage)).to_json()
+    }
+
+    fn failed(&mut self, e: &ApiError, _: &Usage, out: &mut Frames) {
+        out.push(format!("event: error\ndata: {}\n\n", error_body(e)).into_bytes());
+    }
+
+    fn refusal(&self, server: &Server, e: &ApiError) -> Response {
+        error_response(server, e)
+    }
+}
+
 fn generate(
     server: &Server,
     out: &mut Responder<'_>,
     j: codec::MessagesJob,
     id: String,
 ) -> Outcome {
-    let (tx, rx) = mpsc::channel();
-    let prompt_tokens = j.ids.len() - j.stub;
-    let base = call_base(&j.ids).replacen("call_", "toolu_", 1);
-    let job = Job {
-        max_tokens: j.params.max_tokens.unwrap_or(1),
-        settings: j.params.settings,
-        logprobs: None,
-        events: tx,
-        ids: j.ids,
-        think_budget: j.think_budget.map(Box::new),
-    };
-    if server.queue.submit(job).is_err() {
-        let e = ApiError::other(
-            503,
-            "overloaded_error",
-            format!(
-                "the server is busy: {} requests are waiting (--queue); retry shortly",
-                server.queue.max_waiting
-            ),
-        );
-        return refused(server, out, &e);
-    }
-    let stops = j.params.stop.clone();
-    let mut r = Running {
-        b: ReplyBuilder::new(&server.tok, Some(j.thinking), &stops, &server.end_ids, base),
+    let mut face = MessagesFace {
+        id,
+        model: server.limits.model_id.as_str(),
+        stops: j.params.stop.clone(),
         blocks: Blocks::new(&server.limits.sign_key),
-        usage: Usage {
-            prompt_tokens,
-            ..Usage::default()
-        },
-        why: None,
+        content: Vec::new(),
+        json: Vec::new(),
     };
-    let model = server.limits.model_id.as_str();
-    if j.params.stream {
-        return stream(server, out, &rx, &mut r, &id, model, &stops);
-    }
-    let mut events = Vec::new();
-    loop {
-        let Some(ev) = next(&rx, &mut || out.disconnected()) else {
-            return Outcome::gone(r.final_usage());
-        };
-        match ev {
-            Event::Started { cached } => r.usage.cached_tokens = cached,
-            Event::Progress { .. } => {}
-            Event::Token { id, .. } => {
-                r.token(id, &mut events);
-                if r.b.stopped {
-                    break;
-                }
-            }
-            Event::Done(why) => {
-                r.why = Some(why);
-                break;
-            }
-            Event::Failed(m) => return refused(server, out, &failed(&m)),
-        }
-    }
-    r.finish(&mut events);
-    let (mut content, mut json) = (Vec::new(), Vec::new());
-    for e in &events {
-        Blocks::apply(e, &mut content, &mut json);
-    }
-    let u = r.final_usage();
-    let stop = stop_reason(&r.b, r.why, &stops);
-    let body = Value::from(message(&id, model, content, stop, &u)).to_json();
-    let mut o = Outcome::sent(out, server.json(200, body));
-    o.usage = u;
-    o
-}
-
-fn failed(message: &str) -> ApiError {
-    ApiError::other(500, "server_error", format!("generation failed: {message}"))
-}
-
-fn stream(
-    server: &Server,
-    out: &mut Responder<'_>,
-    rx: &mpsc::Receiver<Event>,
-    r: &mut Running<'_>,
-    id: &str,
-    model: &str,
-    stops: &[String],
-) -> Outcome {
-    let headers = server.sse_headers();
-    // a failure before the job started is a plain error response
-    let first = match next(rx, &mut || out.disconnected()) {
-        Some(Event::Failed(m)) => return refused(server, out, &failed(&m)),
-        Some(e) => e,
-        None => return Outcome::gone(r.final_usage()),
+    let reply = Reply {
+        call_base: call_base(&j.ids).replacen("call_", "toolu_", 1),
+        ids: j.ids,
+        stub: j.stub,
+        chat: Some(j.thinking),
+        params: j.params,
+        think_budget: j.think_budget,
     };
-    let Ok(mut s) = out.stream(200, headers) else {
-        return Outcome::gone(r.final_usage());
-    };
-    let send =
-        |s: &mut Stream<'_>, evs: &[Value]| evs.iter().all(|v| s.chunk(&sse_event(v)).is_ok());
-    let mut ev = Some(first);
-    while let Some(e) = ev.take() {
-        let mut evs = Vec::new();
-        let mut end = false;
-        let mut ok = true;
-        match e {
-            Event::Started { cached } => {
-                r.usage.cached_tokens = cached;
-                let u = r.final_usage();
-                let m = message(id, model, Vec::new(), ("", Value::Null), &u);
-                evs.push(
-                    Object::new()
-                        .with("type", "message_start")
-                        .with("message", m)
-                        .into(),
-                );
-            }
-            Event::Progress { progress } => {
-                ok = s.chunk(&encode::sse_comment(&progress.to_string())).is_ok();
-                evs.push(Object::new().with("type", "ping").into());
-            }
-            Event::Token { id, .. } => {
-                r.token(id, &mut evs);
-                end = r.b.stopped;
-            }
-            Event::Done(why) => {
-                r.why = Some(why);
-                end = true;
-            }
-            Event::Failed(m) => {
-                let e = failed(&m);
-                let _ = s.chunk(format!("event: error\ndata: {}\n\n", error_body(&e)).as_bytes());
-                let _ = s.finish();
-                let mut o = Outcome {
-                    status: 500,
-                    ..Outcome::default()
-                };
-                o.error = Some("server_error".into());
-                return o;
-            }
-        }
-        if !(ok && send(&mut s, &evs)) {
-            return Outcome::gone(r.final_usage());
-        }
-        if end {
-            break;
-        }
-        ev = next(rx, &mut || s.disconnected());
-        if ev.is_none() {
-            return Outcome::gone(r.final_usage());
-        }
-    }
-    let mut evs = Vec::new();
-    r.finish(&mut evs);
-    let u = r.final_usage();
-    let (reason, seq) = stop_reason(&r.b, r.why, stops);
-    let d = Object::new()
-        .with("stop_reason", reason)
-        .with("stop_sequence", seq);
-    evs.push(
-        Object::new()
-            .with("type", "message_delta")
-            .with("delta", d)
-            .with("usage", usage(&u))
-            .into(),
-    );
-    evs.push(Object::new().with("type", "message_stop").into());
-    send(&mut s, &evs);
-    let _ = s.finish();
-    Outcome {
-        status: 200,
-        usage: u,
-        error: None,
-    }
+    drive(server, out, reply, &mut face)
 }
 
 #[cfg(test)]

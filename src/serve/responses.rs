@@ -15,17 +15,13 @@
 
 use super::api::responses::{self as codec, ResponsesJob};
 use super::api::ApiError;
-use super::encode::{self, Usage};
-use super::reply::{Piece, ReplyBuilder};
-use super::run::{call_base, next, seed_source, Outcome};
-use super::sched::{Event, Job};
-use super::server::Server;
+use super::drive::{call_base, drive, seed_source, End, Face, Frames, Outcome, Reply};
+use super::encode::Usage;
+use super::reply::{Piece, TokenLogprob};
+use super::server::{no_route, not_allowed, unix_now, Server};
 use super::store::STORE_MAX;
-use crate::generate::stop::StopReason;
-use crate::http::{Request, Responder, Stream};
+use crate::http::{Request, Responder, Response};
 use crate::json::{Object, Value};
-use std::sync::atomic::Ordering;
-use std::sync::mpsc;
 
 fn unknown_id(id: &str, field: &str) -> ApiError {
     let mut e = ApiError::invalid(
@@ -57,11 +53,7 @@ pub fn route(server: &Server, req: &Request, out: &mut Responder<'_>, n: u64) ->
     let path = req.path();
     if let Some(id) = path.strip_prefix("/v1/responses/") {
         if req.method != "GET" {
-            let e = ApiError::other(
-                405,
-                "invalid_request_error",
-                format!("{} {path}: method not allowed; use GET", req.method),
-            );
+            let e = not_allowed(req, "GET");
             return Outcome::sent(out, server.error(&e).header("Allow", "GET"));
         }
         return match server.stored.get(id) {
@@ -70,32 +62,14 @@ pub fn route(server: &Server, req: &Request, out: &mut Responder<'_>, n: u64) ->
         };
     }
     if path != "/v1/responses" {
-        let e = ApiError::other(
-            404,
-            "not_found_error",
-            format!(
-                "{} {path}: no such route (routes: /v1/responses, /v1/responses/{{id}})",
-                req.method
-            ),
-        );
+        let e = no_route(req, "/v1/responses, /v1/responses/{id}");
         return refused(server, out, &e);
     }
     if req.method != "POST" {
-        let e = ApiError::other(
-            405,
-            "invalid_request_error",
-            format!("{} {path}: method not allowed; use POST", req.method),
-        );
-        let mut o = Outcome::sent(out, server.error(&e).header("Allow", "POST"));
-        o.error = Some(e.kind.to_string());
-        return o;
+        let e = not_allowed(req, "POST");
+        return Outcome::refused(out, server.error(&e).header("Allow", "POST"), &e);
     }
-    if !server.loaded.load(Ordering::SeqCst) {
-        let e = ApiError::other(
-            503,
-            "overloaded_error",
-            "the model is still loading; retry shortly (GET /health says when it is ready)",
-        );
+    if let Err(e) = server.ready() {
         return refused(server, out, &e);
     }
     let mut store = None;
@@ -134,9 +108,7 @@ pub fn route(server: &Server, req: &Request, out: &mut Responder<'_>, n: u64) ->
 }
 
 fn refused(server: &Server, out: &mut Responder<'_>, e: &ApiError) -> Outcome {
-    let mut o = Outcome::sent(out, server.error(e));
-    o.error = Some(e.param.clone().unwrap_or_else(|| e.kind.to_string()));
-    o
+    Outcome::refused(out, server.error(e), e)
 }
 
 /// The open output item: its index, id and kind, and its text so far.
@@ -476,49 +448,11 @@ fn response(
 }
 
 /// `completed`, or `incomplete` when the reply ran out of `max_output_tokens`.
-fn status(b: &ReplyBuilder<'_>, why: Option<StopReason>) -> &'static str {
-    match b.finish_reason(why) {
+fn status(end: &End) -> &'static str {
+    match end.finish {
         "length" => "incomplete",
         _ => "completed",
     }
-}
-
-/// The reply as it is built.
-struct Running<'t> {
-    b: ReplyBuilder<'t>,
-    items: Items<'t>,
-    usage: Usage,
-    why: Option<StopReason>,
-}
-
-impl Running<'_> {
-    fn token(&mut self, id: u32, out: &mut Vec<Object>) {
-        let mut pieces = Vec::new();
-        self.b.push(id, &mut pieces);
-        for p in &pieces {
-            self.items.push(p, out);
-        }
-    }
-
-    fn finish(&mut self, out: &mut Vec<Object>) {
-        let mut pieces = Vec::new();
-        self.b.finish(&mut pieces);
-        for p in &pieces {
-            self.items.push(p, out);
-        }
-        self.items.finish(out);
-    }
-
-    fn final_usage(&mut self) -> Usage {
-        self.usage.cached_tokens = self.usage.cached_tokens.min(self.usage.prompt_tokens);
-        self.usage.completion_tokens = self.b.completion_tokens;
-        self.usage.reasoning_tokens = self.b.reasoning_tokens;
-        self.usage
-    }
-}
-
-fn failed(message: &str) -> ApiError {
-    ApiError::other(500, "server_error", format!("generation failed: {message}"))
 }
 
 /// Stores a finished response (when the request asked to) under its id.
@@ -533,6 +467,92 @@ fn keep(server: &Server, store: Option<Vec<Value>>, resp: &Object) {
     server.stored.put(id, items, Value::from(resp.clone()));
 }
 
+/// The Responses encoding of a reply: the events of [`Items`], each with its
+/// `sequence_number` and `event:` line; the output so far is the items done.
+struct ResponsesFace<'s> {
+    server: &'s Server,
+    echo: Echo<'s>,
+    items: Items<'s>,
+    /// The conversation to keep with the response (`store`).
+    store: Option<Vec<Value>>,
+    /// The output items done so far.
+    output: Vec<Value>,
+    seq: u64,
+}
+
+impl ResponsesFace<'_> {
+    fn send(&mut self, evs: Vec<Object>, out: &mut Frames) {
+        self.output.extend(Items::output(&evs));
+        for e in evs {
+            self.frame(e, out);
+        }
+    }
+
+    /// One SSE event of the Responses stream: `event: TYPE` then `data: JSON` (the object
+    /// with its `sequence_number`).
+    fn frame(&mut self, e: Object, out: &mut Frames) {
+        if out.streaming() {
+            let e = e.with("sequence_number", self.seq);
+            self.seq += 1;
+            out.push(super::messages::sse_event(&Value::from(e)));
+        }
+    }
+
+    /// The response at its end (kept when the request asked to store it).
+    fn done(&mut self, end: &End) -> Object {
+        let mut evs = Vec::new();
+        self.items.finish(&mut evs);
+        self.output.extend(Items::output(&evs));
+        let output = std::mem::take(&mut self.output);
+        let resp = response(&self.echo, status(end), output, Some(&end.usage), None);
+        keep(self.server, self.store.take(), &resp);
+        resp
+    }
+}
+
+impl Face for ResponsesFace<'_> {
+    fn start(&mut self, _: &Usage, out: &mut Frames) {
+        let resp = response(&self.echo, "in_progress", Vec::new(), None, None);
+        self.frame(ev_with("response.created", resp.clone()), out);
+        self.frame(ev_with("response.in_progress", resp), out);
+    }
+
+    fn pieces(&mut self, pieces: &[Piece], _: Option<TokenLogprob>, out: &mut Frames) {
+        let mut evs = Vec::new();
+        for p in pieces {
+            self.items.push(p, &mut evs);
+        }
+        self.send(evs, out);
+    }
+
+    fn finish(&mut self, end: &End, out: &mut Frames) {
+        let mut evs = Vec::new();
+        self.items.finish(&mut evs);
+        self.send(evs, out);
+        let resp = self.done(end);
+        let kind = if status(end) == "incomplete" {
+            "response.incomplete"
+        } else {
+            "response.completed"
+        };
+        self.frame(ev_with(kind, resp), out);
+    }
+
+    fn whole(&mut self, end: &End) -> String {
+        Value::from(self.done(end)).to_json()
+    }
+
+    fn failed(&mut self, e: &ApiError, usage: &Usage, out: &mut Frames) {
+        let output = std::mem::take(&mut self.output);
+        let resp = response(&self.echo, "failed", output, Some(usage), Some(e));
+        self.frame(ev_with("response.failed", resp), out);
+    }
+
+    fn refusal(&self, server: &Server, e: &ApiError) -> Response {
+        server.error(e)
+    }
+}
+
 fn generate(
     server: &Server,
     out: &mut Responder<'_>,
@@ -540,192 +560,38 @@ fn generate(
     n: u64,
     store: Option<Vec<Value>>,
 ) -> Outcome {
-    let stored = store.is_some();
-    let (tx, rx) = mpsc::channel();
-    let prompt_tokens = j.ids.len() - j.stub;
     let base = call_base(&j.ids);
     let hash = base.trim_start_matches("call_").to_string();
-    let echo = Echo {
-        id: format!("resp_k3_{n}"),
-        created: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
-        model: server.limits.model_id.as_str(),
-        max_output_tokens: j.params.max_tokens,
-        temperature: j.params.settings.temperature,
-        top_p: j.params.settings.top_p,
-        effort: j.effort.clone(),
-        store: stored,
-    };
-    let job = Job {
-        max_tokens: j.params.max_tokens.unwrap_or(1),
-        settings: j.params.settings,
-        logprobs: None,
-        events: tx,
-        ids: j.ids,
-        think_budget: None,
-    };
-    if server.queue.submit(job).is_err() {
-        let e = ApiError::other(
-            503,
-            "overloaded_error",
-            format!(
-                "the server is busy: {} requests are waiting (--queue); retry shortly",
-                server.queue.max_waiting
-            ),
-        );
-        return refused(server, out, &e);
-    }
-    let mut r = Running {
-        b: ReplyBuilder::new(&server.tok, Some(j.thinking), &[], &server.end_ids, base),
+    let mut face = ResponsesFace {
+        server,
+        echo: Echo {
+            id: format!("resp_k3_{n}"),
+            created: unix_now(),
+            model: server.limits.model_id.as_str(),
+            max_output_tokens: j.params.max_tokens,
+            temperature: j.params.settings.temperature,
+            top_p: j.params.settings.top_p,
+            effort: j.effort.clone(),
+            store: store.is_some(),
+        },
         items: Items::new(
             &hash,
             &j.custom,
             j.encrypted.then_some(server.limits.sign_key.as_slice()),
         ),
-        usage: Usage {
-            prompt_tokens,
-            ..Usage::default()
-        },
-        why: None,
+        store,
+        output: Vec::new(),
+        seq: 0,
     };
-    if j.params.stream {
-        return stream(server, out, &rx, &mut r, &echo, store);
-    }
-    let mut events = Vec::new();
-    loop {
-        let Some(ev) = next(&rx, &mut || out.disconnected()) else {
-            return Outcome::gone(r.final_usage());
-        };
-        match ev {
-            Event::Started { cached } => r.usage.cached_tokens = cached,
-            Event::Progress { .. } => {}
-            Event::Token { id, .. } => {
-                r.token(id, &mut events);
-                if r.b.stopped {
-                    break;
-                }
-            }
-            Event::Done(why) => {
-                r.why = Some(why);
-                break;
-            }
-            Event::Failed(m) => return refused(server, out, &failed(&m)),
-        }
-    }
-    r.finish(&mut events);
-    let u = r.final_usage();
-    let st = status(&r.b, r.why);
-    let resp = response(&echo, st, Items::output(&events), Some(&u), None);
-    keep(server, store, &resp);
-    let body = Value::from(resp).to_json();
-    let mut o = Outcome::sent(out, server.json(200, body));
-    o.usage = u;
-    o
-}
-
-/// One SSE event of the Responses stream: `event: TYPE` then `data: JSON` (the object with
-/// its `sequence_number`).
-fn sse(seq: &mut u64, e: Object) -> Vec<u8> {
-    let e = e.with("sequence_number", *seq);
-    *seq += 1;
-    super::messages::sse_event(&Value::from(e))
-}
-
-fn stream(
-    server: &Server,
-    out: &mut Responder<'_>,
-    rx: &mpsc::Receiver<Event>,
-    r: &mut Running<'_>,
-    echo: &Echo<'_>,
-    store: Option<Vec<Value>>,
-) -> Outcome {
-    let headers = server.sse_headers();
-    // a failure before the job started is a plain error response
-    let first = match next(rx, &mut || out.disconnected()) {
-        Some(Event::Failed(m)) => return refused(server, out, &failed(&m)),
-        Some(e) => e,
-        None => return Outcome::gone(r.final_usage()),
+    let reply = Reply {
+        ids: j.ids,
+        stub: j.stub,
+        chat: Some(j.thinking),
+        params: j.params,
+        think_budget: None,
+        call_base: base,
     };
-    let Ok(mut s) = out.stream(200, headers) else {
-        return Outcome::gone(r.final_usage());
-    };
-    let mut seq = 0u64;
-    let mut all: Vec<Object> = Vec::new();
-    let send = |s: &mut Stream<'_>, seq: &mut u64, evs: Vec<Object>| {
-        evs.into_iter().all(|e| s.chunk(&sse(seq, e)).is_ok())
-    };
-    let mut ev = Some(first);
-    while let Some(e) = ev.take() {
-        let mut evs = Vec::new();
-        let mut end = false;
-        let mut ok = true;
-        match e {
-            Event::Started { cached } => {
-                r.usage.cached_tokens = cached;
-                let resp = response(echo, "in_progress", Vec::new(), None, None);
-                evs.push(ev_with("response.created", resp.clone()));
-                evs.push(ev_with("response.in_progress", resp));
-            }
-            Event::Progress { progress } => {
-                ok = s.chunk(&encode::sse_comment(&progress.to_string())).is_ok();
-            }
-            Event::Token { id, .. } => {
-                r.token(id, &mut evs);
-                end = r.b.stopped;
-            }
-            Event::Done(why) => {
-                r.why = Some(why);
-                end = true;
-            }
-            Event::Failed(m) => {
-                let e = failed(&m);
-                let output = Items::output(&all);
-                let resp = response(echo, "failed", output, Some(&r.final_usage()), Some(&e));
-                let _ = s.chunk(&sse(&mut seq, ev_with("response.failed", resp)));
-                let _ = s.finish();
-                let mut o = Outcome {
-                    status: 500,
-                    ..Outcome::default()
-                };
-                o.error = Some("server_error".into());
-                return o;
-            }
-        }
-        all.extend(evs.iter().cloned());
-        if !(ok && send(&mut s, &mut seq, evs)) {
-            return Outcome::gone(r.final_usage());
-        }
-        if end {
-            break;
-        }
-        ev = next(rx, &mut || s.disconnected());
-        if ev.is_none() {
-            return Outcome::gone(r.final_usage());
-        }
-    }
-    let mut evs = Vec::new();
-    r.finish(&mut evs);
-    all.extend(evs.iter().cloned());
-    let u = r.final_usage();
-    let st = status(&r.b, r.why);
-    let resp = response(echo, st, Items::output(&all), Some(&u), None);
-    keep(server, store, &resp);
-    evs.push(ev_with(
-        if st == "incomplete" {
-            "response.incomplete"
-        } else {
-            "response.completed"
-        },
-        resp,
-    ));
-    send(&mut s, &mut seq, evs);
-    let _ = s.finish();
-    Outcome {
-        status: 200,
-        usage: u,
-        error: None,
-    }
+    drive(server, out, reply, &mut face)
 }
 
 fn ev_with(kind: &str, resp: Object) -> Object {

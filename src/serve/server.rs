@@ -5,7 +5,7 @@
 use super::api::{self, ApiError};
 use super::metrics::Metrics;
 use super::sched::Queue;
-use crate::http::Response;
+use crate::http::{Request, Response};
 use crate::tokenizer::Tokenizer;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
@@ -44,6 +44,32 @@ pub struct Server {
     pub stored: super::store::Store,
 }
 
+/// 404 for a path no route of the API takes; `routes` lists those it has.
+pub(super) fn no_route(req: &Request, routes: &str) -> ApiError {
+    ApiError::other(
+        404,
+        "not_found_error",
+        format!(
+            "{} {}: no such route (routes: {routes})",
+            req.method,
+            req.path()
+        ),
+    )
+}
+
+/// 405 for a method the route does not take (the response says `Allow: allow`).
+pub(super) fn not_allowed(req: &Request, allow: &str) -> ApiError {
+    ApiError::other(
+        405,
+        "invalid_request_error",
+        format!(
+            "{} {}: method not allowed; use {allow}",
+            req.method,
+            req.path()
+        ),
+    )
+}
+
 /// Unix seconds now.
 pub fn unix_now() -> u64 {
     SystemTime::now()
@@ -66,6 +92,18 @@ impl Server {
     /// A JSON response, CORS headers added.
     pub(super) fn json(&self, status: u16, body: String) -> Response {
         self.with_cors(Response::new(status, "application/json", body.into_bytes()))
+    }
+
+    /// 503 until the model is loaded (every generation route).
+    pub(super) fn ready(&self) -> Result<(), ApiError> {
+        if self.loaded.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(());
+        }
+        Err(ApiError::other(
+            503,
+            "overloaded_error",
+            "the model is still loading; retry shortly (GET /health says when it is ready)",
+        ))
     }
 
     /// An error response; 503 says when to retry.

@@ -15,28 +15,14 @@ refused, the prefix reused).
 """
 
 import json
-import os
-import re
-import signal
-import subprocess
-import sys
-import threading
-import time
 
 import anthropic
 import openai
 
+import k3server
+from k3server import MODEL, TOOL_REPLY, check
+
 HARD_TIMEOUT = 180
-SERVERS = []
-K3, MODEL_DIR = sys.argv[1], sys.argv[2]
-MODEL = os.path.basename(os.path.normpath(MODEL_DIR))
-# reasoning "Let me check.", content "Checking.", one call get_weather(city="Paris"), [EOS]
-TOOL_REPLY = (
-    "9413,1019,2598,13,163588,39964,163589,163587,12092,163589,67772,13,163588,12092,163589,"
-    "163587,25385,163589,163587,10257,4453,878,618,21055,2800,1,4002,878,16,1,163589,163587,"
-    "47185,2355,878,37666,1,1798,878,2033,1,163589,113476,163588,47185,163589,163588,10257,"
-    "163589,163588,25385,163589,163588,2778,163589,163585"
-)
 TOOLS = [{"name": "get_weather", "description": "Weather of a city",
           "input_schema": {"type": "object", "properties": {"city": {"type": "string"}},
                            "required": ["city"]}}]
@@ -45,72 +31,16 @@ OPENAI_TOOLS = [{"type": "function", "function": {
     for t in TOOLS]
 
 
-def watchdog():
-    def die():
-        print(f"FAILED: the script ran past its hard timeout of {HARD_TIMEOUT} s", flush=True)
-        for srv in SERVERS:
-            srv.p.kill()
-        os._exit(1)
-    t = threading.Timer(HARD_TIMEOUT, die)
-    t.daemon = True
-    t.start()
-
-
-class Server:
-    """`k3 serve MODEL_DIR --port 0 ARGS`, ready when /health says 200."""
+class Server(k3server.Server):
+    """A k3server.Server with an `anthropic` client at its root (it appends /v1/messages
+    itself) and an `openai` one at its /v1."""
 
     def __init__(self, args, env=None):
-        e = dict(os.environ)
-        e.update(env or {})
-        self.p = subprocess.Popen(
-            [K3, "serve", MODEL_DIR, "--port", "0", *args],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            env=e, text=True)
-        SERVERS.append(self)
-        self.lines = []
-        self.url = None
-        got = threading.Event()
-
-        def read():
-            for line in self.p.stderr:
-                self.lines.append(line.rstrip("\n"))
-                m = re.search(r"listening on (http://\S+)", line)
-                if m:
-                    self.url = m.group(1)
-                    got.set()
-        threading.Thread(target=read, daemon=True).start()
-        if not got.wait(120):
-            self.stop()
-            sys.exit("k3 serve did not start:\n" + "\n".join(self.lines))
-        for _ in range(1200):
-            r = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
-                                self.url + "/health"], capture_output=True, text=True)
-            if r.stdout == "200":
-                break
-            time.sleep(0.1)
-        else:
-            self.stop()
-            sys.exit("k3 serve never became healthy")
-        # the client's base URL is the server's root: it appends /v1/messages itself
+        super().__init__(args, env)
         self.client = anthropic.Anthropic(base_url=self.url, api_key="sekrit", max_retries=0,
                                           timeout=120)
         self.openai = openai.OpenAI(base_url=self.url + "/v1", api_key="sekrit",
                                     max_retries=0, timeout=120)
-
-    def stop(self, sig=signal.SIGTERM):
-        self.p.send_signal(sig)
-        try:
-            rc = self.p.wait(60)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            rc = self.p.wait()
-        return rc
-
-
-def check(cond, what):
-    if not cond:
-        sys.exit(f"FAILED: {what}")
-    print(f"ok: {what}")
 
 
 def comparable(m):
@@ -272,7 +202,7 @@ def tools():
 
 
 def main():
-    watchdog()
+    k3server.watchdog(HARD_TIMEOUT)
     s = Server(["--ctx", "1024", "--threads", "1", "--api-key", "sekrit"])
     plain(s)
     check(s.stop() == 0, "SIGTERM drains and exits 0")

@@ -29,7 +29,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -38,14 +37,16 @@ import warnings
 import openai
 from websockets.sync.client import connect
 
+import k3server
+from k3server import MODEL, TOOL_REPLY
+
 # websockets' sync client wants a context manager; a plain connection is what CDP needs here
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 HARD_TIMEOUT = 420
 WAIT = 120
-K3, MODEL_DIR = sys.argv[1], sys.argv[2]
 OUT = sys.argv[3] if len(sys.argv) > 3 else "target/chat-page"
-MODEL = os.path.basename(os.path.normpath(MODEL_DIR))
+# The browser's processes (the servers are k3server's)
 PROCS = []
 # The forced reply (`k3 tokenize --special` of its markup, TOKENIZER.md §13):
 REASONING = "Let me think about <b>tags</b>."
@@ -58,17 +59,6 @@ FORCED = (
 SYSTEM = "You answer in one line. " * 6
 QUESTION = "What is <script> in HTML?"
 KEY = "page-test-key"
-
-
-def watchdog():
-    def die():
-        print(f"FAILED: past the hard timeout of {HARD_TIMEOUT} s", flush=True)
-        for p in PROCS:
-            p.kill()
-        os._exit(1)
-    t = threading.Timer(HARD_TIMEOUT, die)
-    t.daemon = True
-    t.start()
 
 
 def check(cond, what):
@@ -87,35 +77,13 @@ def until(fn, what, timeout=WAIT):
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-class Server:
-    """`k3 serve MODEL_DIR --port 0 ARGS`; `url` from its `chat page:` line."""
+class Server(k3server.Server):
+    """A k3server.Server on one thread, without a K3_API_KEY from this environment; `url`
+    is the chat page (the root, with its slash)."""
 
     def __init__(self, args, env=None):
-        e = dict(os.environ)
-        e.pop("K3_API_KEY", None)
-        e.update(env or {})
-        self.p = subprocess.Popen(
-            [K3, "serve", MODEL_DIR, "--port", "0", "--threads", "1", *args],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            env=e, text=True)
-        PROCS.append(self.p)
-        self.lines = []
-        threading.Thread(target=self._read, daemon=True).start()
-        line = until(lambda: next((l for l in self.lines if "chat page:" in l), None),
-                     "the chat page line")
-        self.url = re.search(r"(http://\S+/)", line).group(1)
-        self.host = urllib.parse.urlparse(self.url).netloc
-
-    def _read(self):
-        for line in self.p.stderr:
-            self.lines.append(line.rstrip("\n"))
-
-    def stop(self):
-        self.p.terminate()
-        try:
-            self.p.wait(30)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
+        super().__init__(["--threads", "1", *args], env, unset=["K3_API_KEY"])
+        self.url += "/"
 
 
 class Browser:
@@ -315,14 +283,6 @@ def forced_reply(b, downloads):
         srv.stop()
 
 
-# reasoning "Let me check.", content "Checking.", one call get_weather(city="Paris"), [EOS]
-TOOL_REPLY = (
-    "9413,1019,2598,13,163588,39964,163589,163587,12092,163589,67772,13,163588,12092,163589,"
-    "163587,25385,163589,163587,10257,4453,878,618,21055,2800,1,4002,878,16,1,163589,163587,"
-    "47185,2355,878,37666,1,1798,878,2033,1,163589,113476,163588,47185,163589,163588,10257,"
-    "163589,163588,25385,163589,163588,2778,163589,163585"
-)
-
 
 def tool_call(b):
     srv = Server(["--ctx", "512"], {"K3_TEST_FORCE_IDS": TOOL_REPLY})
@@ -399,7 +359,7 @@ def key_and_stop(b):
 
 
 def main():
-    watchdog()
+    k3server.watchdog(HARD_TIMEOUT, also=PROCS)
     downloads = tempfile.mkdtemp(prefix="k3-downloads-")
     b = Browser(downloads)
     try:
@@ -420,7 +380,6 @@ if __name__ == "__main__":
     try:
         main()
     except Exception as e:
-        print(f"FAILED: {type(e).__name__}: {e}", flush=True)
         for p in PROCS:
             p.kill()
-        sys.exit(1)
+        k3server.fail(f"{type(e).__name__}: {e}")

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """`POST /v1/responses` against the official `openai` Python client (issue 24, ENGINE.md §11).
 
-Run by .ci/run in the virtual environment of anthropic_client.py (whose server harness it
-reuses: loopback, --port 0, bounded waits, a hard timeout):
+Run by .ci/run in the virtual environment of anthropic_client.py (whose server, with both
+clients, it reuses; the harness is k3server.py: loopback, a free port, bounded waits, a hard
+timeout, the server's log on failure):
     python3 tests/serve/responses_client.py target/debug/k3 tests/fixtures/tiny-k3-text
 
 Checks: `client.responses.create` streamed and not (the client's final streamed response
@@ -14,7 +15,11 @@ back as a function_call → function_call_output round trip (the prefix reused).
 
 import openai
 
-from anthropic_client import MODEL, TOOL_REPLY, Server, check, watchdog
+import k3server
+from anthropic_client import Server
+from k3server import MODEL, TOOL_REPLY, check
+
+HARD_TIMEOUT = 180
 
 TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather of a city",
           "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -117,7 +122,7 @@ def tools():
 
 
 def main():
-    watchdog()
+    k3server.watchdog(HARD_TIMEOUT)
     s = Server(["--ctx", "1024", "--threads", "1", "--api-key", "sekrit"])
     plain(s)
     check(s.stop() == 0, "SIGTERM drains and exits 0")

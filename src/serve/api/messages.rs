@@ -10,13 +10,14 @@
 //! ([`ThinkBudget`], ENGINE.md §8). Every refusal names the field as a path
 //! (`messages[2].content[0].tool_use_id`); the error body is Anthropic's ([`error_body`]).
 
-use super::fields::check_model;
+use super::convert::{
+    self, declaration, function, get, named_choice, push_call, req_str, tool_name, tool_result,
+    type_err, Rendered,
+};
+use super::fields::{check_model, found};
 use super::params::{check_length, gen_params};
 use super::{ApiError, GenParams, Limits};
-use crate::chat::{
-    self, Arguments, Effort, Message, Request as ChatRequest, ResponseFormat, Role, Thinking,
-    ToolCall, ToolChoice,
-};
+use crate::chat::{self, Arguments, Effort, Message, ResponseFormat, Role, Thinking, ToolChoice};
 use crate::generate::budget::ThinkBudget;
 use crate::json::{Object, Value};
 use crate::tokenizer::Tokenizer;
@@ -71,14 +72,6 @@ pub struct MessagesJob {
     pub params: GenParams,
 }
 
-/// The conversation of a Messages body, rendered.
-struct Rendered {
-    ids: Vec<u32>,
-    stub: usize,
-    thinking: bool,
-    budget: Option<usize>,
-}
-
 /// The error body in Anthropic's shape: `{"type": "error", "error": {"type", "message"}}`
 /// (`server_error` is Anthropic's `api_error`; the status stays the server's).
 pub fn error_body(e: &ApiError) -> String {
@@ -121,13 +114,15 @@ pub fn messages_job(
     if o.get("max_tokens").is_none_or(Value::is_null) {
         return Err(ApiError::invalid("max_tokens", "missing (required)"));
     }
-    let r = render(o, tok, lim)?;
+    anthropic_ranges(o)?;
+    let (r, budget) = render(o, tok, lim)?;
     let mut params = gen_params(o, lim, os_seed, "max_tokens")?;
     params.stop = stop_sequences(o)?;
     check_length(r.ids.len(), r.stub, &params, lim, "messages")?;
-    let think_budget = match r.budget {
+    let think_budget = match budget {
         Some(b) if r.thinking => {
-            let close = chat::encode(tok, &chat::think_closing()).map_err(|e| chat_err(&e))?;
+            let close =
+                chat::encode(tok, &chat::think_closing()).map_err(|e| ApiError::from_chat(&e))?;
             Some(ThinkBudget { budget: b, close })
         }
         _ => None,
@@ -148,91 +143,58 @@ pub fn messages_job(
 pub fn count_tokens(o: &Object, tok: &Tokenizer, lim: &Limits) -> Result<usize, ApiError> {
     check_fields(o, ACCEPTED)?;
     check_model(o, lim)?;
-    let r = render(o, tok, lim)?;
+    let (r, _) = render(o, tok, lim)?;
     Ok(r.ids.len() - r.stub)
 }
 
-/// A refusal of the chat layer (its own path names the field).
-fn chat_err(e: &crate::error::Error) -> ApiError {
-    ApiError::from_chat(e)
+/// Unknown top-level fields refused by name.
+fn check_fields(o: &Object, accepted: &[&str]) -> Result<(), ApiError> {
+    convert::known_fields(o, accepted, IGNORED, "the README's Messages section")
 }
 
-fn check_fields(o: &Object, accepted: &[&str]) -> Result<(), ApiError> {
-    for (k, _) in o.iter() {
-        if !accepted.contains(&k) && !IGNORED.contains(&k) {
+/// What Anthropic's API refuses and the sampling reader shared with chat completions takes
+/// (OpenAI's ranges): `temperature` above 1, a negative `top_k` (OpenAI-style clients' -1,
+/// "off"), a `metadata` that is not an object.
+fn anthropic_ranges(o: &Object) -> Result<(), ApiError> {
+    if let Some(v @ Value::Number(n)) = get(o, "temperature") {
+        if n.as_f64() > 1.0 {
             return Err(ApiError::invalid(
-                k,
-                "unknown field (the README lists the Messages fields k3 accepts)",
+                "temperature",
+                format!("expected a number from 0 to 1, found {}", found(v)),
             ));
         }
     }
-    Ok(())
+    if let Some(v @ Value::Number(n)) = get(o, "top_k") {
+        if n.lexeme().starts_with('-') {
+            return Err(ApiError::invalid(
+                "top_k",
+                format!("expected an integer ≥ 0, found {}", found(v)),
+            ));
+        }
+    }
+    match get(o, "metadata") {
+        None | Some(Value::Object(_)) => Ok(()),
+        Some(v) => Err(type_err("metadata", "an object", v)),
+    }
 }
 
-fn render(o: &Object, tok: &Tokenizer, lim: &Limits) -> Result<Rendered, ApiError> {
-    let tools = tools(o.get("tools"))?;
-    let names: Vec<String> = tools
-        .iter()
-        .filter_map(|t| t.get("function")?.get("name")?.as_str().map(String::from))
-        .collect();
+/// The conversation of a Messages body, rendered, and its thinking budget.
+fn render(
+    o: &Object,
+    tok: &Tokenizer,
+    lim: &Limits,
+) -> Result<(Rendered, Option<usize>), ApiError> {
+    let (tools, names) = tools(o.get("tools"))?;
     let tool_choice = tool_choice(o.get("tool_choice"), &names)?;
     let (mut thinking, budget) = thinking(o.get("thinking"))?;
     let (effort, response_format) = output_config(o.get("output_config"))?;
     if let (Thinking::On(_), Some(e)) = (thinking, effort) {
         thinking = Thinking::On(e);
     }
-    // the template's rule (TOKENIZER.md §10 step 4): a named tool turns thinking off
-    if matches!(tool_choice, ToolChoice::Named(_)) {
-        thinking = Thinking::Off;
-    }
     let mut messages = system(o.get("system"))?;
     messages.extend(turns(o.get("messages"), &lim.sign_key)?);
-    let partial = messages.last().is_some_and(|m| m.partial);
-    let req = ChatRequest {
-        messages,
-        tools: (!tools.is_empty()).then_some(Value::Array(tools)),
-        tool_choice,
-        response_format,
-        thinking,
-    };
-    let segs = chat::render(&req, true).map_err(|e| chat_err(&e))?;
-    let ids = chat::encode(tok, &segs).map_err(|e| chat_err(&e))?;
-    let on = thinking != Thinking::Off;
-    let stub = if partial {
-        0
-    } else {
-        chat::encode(tok, &chat::generation_stub(on))
-            .map_err(|e| chat_err(&e))?
-            .len()
-    };
-    Ok(Rendered {
-        ids,
-        stub,
-        thinking: on && !partial,
-        budget,
-    })
-}
-
-pub(super) fn type_err(field: &str, expected: &str, v: &Value) -> ApiError {
-    ApiError::invalid(
-        field,
-        format!("expected {expected}, found {}", v.type_name()),
-    )
-}
-
-/// `o[key]` when present and not null.
-pub(super) fn get<'a>(o: &'a Object, key: &str) -> Option<&'a Value> {
-    o.get(key).filter(|v| !v.is_null())
-}
-
-/// A required string member `key` of the block `o` at `at`.
-pub(super) fn req_str<'a>(o: &'a Object, key: &str, at: &str) -> Result<&'a str, ApiError> {
-    let field = format!("{at}.{key}");
-    match get(o, key) {
-        Some(Value::String(s)) => Ok(s),
-        Some(v) => Err(type_err(&field, "a string", v)),
-        None => Err(ApiError::invalid(&field, "missing")),
-    }
+    let r = convert::render(messages, tools, tool_choice, response_format, thinking, tok)?;
+    Ok((r, budget))
 }
 
 /// Every non-null member of a block is one its type knows (`cache_control` and `citations`
@@ -310,21 +272,7 @@ fn system(v: Option<&Value>) -> Result<Vec<Message>, ApiError> {
     if t.iter().all(String::is_empty) {
         return Ok(Vec::new());
     }
-    Ok(vec![plain(Role::System, Some(t))])
-}
-
-pub(super) fn plain(role: Role, content: Option<Vec<String>>) -> Message {
-    Message {
-        role,
-        name: None,
-        content,
-        reasoning: None,
-        tool_calls: Vec::new(),
-        tool_call_id: None,
-        tool: None,
-        tools: None,
-        partial: false,
-    }
+    Ok(vec![Message::plain(Role::System, Some(t))])
 }
 
 /// `messages` → chat messages: user turns (tool results, then text), assistant turns
@@ -385,12 +333,7 @@ fn turns(v: Option<&Value>, key: &[u8]) -> Result<Vec<Message>, ApiError> {
             "assistant" => {
                 let last = i + 1 == list.len();
                 let msg = assistant_turn(&blocks, &at, key, last)?;
-                open_calls = msg
-                    .tool_calls
-                    .iter()
-                    .filter_map(|c| c.id.clone())
-                    .map(|id| (id, false))
-                    .collect();
+                open_calls = convert::open_calls(&msg);
                 out.push(msg);
             }
             other => {
@@ -428,22 +371,6 @@ fn user_turn(
             "tool_result" => {
                 known_keys(o, &["tool_use_id", "content", "is_error"], &at)?;
                 let id = req_str(o, "tool_use_id", &at)?;
-                let field = format!("{at}.tool_use_id");
-                match open_calls.iter_mut().find(|(c, _)| c == id) {
-                    None => {
-                        return Err(ApiError::invalid(
-                            &field,
-                            format!("{id:?} answers no tool_use of the previous assistant turn"),
-                        ))
-                    }
-                    Some((_, true)) => {
-                        return Err(ApiError::invalid(
-                            &field,
-                            format!("{id:?} is answered twice"),
-                        ))
-                    }
-                    Some((_, done)) => *done = true,
-                }
                 let mut content = match get(o, "content") {
                     None => Vec::new(),
                     Some(v) => texts(v, &format!("{at}.content"))?,
@@ -455,9 +382,8 @@ fn user_turn(
                     Some(Value::Bool(true)) => content.insert(0, "Error: ".to_string()),
                     Some(v) => return Err(type_err(&format!("{at}.is_error"), "a boolean", v)),
                 }
-                let mut m = plain(Role::Tool, Some(content));
-                m.tool_call_id = Some(id.to_string());
-                out.push(m);
+                let field = format!("{at}.tool_use_id");
+                out.push(tool_result(open_calls, id, &field, "tool_use", content)?);
             }
             other => {
                 return Err(ApiError::invalid(
@@ -470,13 +396,13 @@ fn user_turn(
         }
     }
     if !text.is_empty() {
-        out.push(plain(Role::User, Some(text)));
+        out.push(Message::plain(Role::User, Some(text)));
     }
     Ok(out)
 }
 
 fn assistant_turn(blocks: &[Value], at: &str, key: &[u8], last: bool) -> Result<Message, ApiError> {
-    let mut m = plain(Role::Assistant, None);
+    let mut m = Message::plain(Role::Assistant, None);
     let mut text = Vec::new();
     let mut reasoning = String::new();
     for (j, b) in blocks.iter().enumerate() {
@@ -511,28 +437,24 @@ fn assistant_turn(blocks: &[Value], at: &str, key: &[u8], last: bool) -> Result<
             "tool_use" => {
                 known_keys(o, &["id", "name", "input"], &at)?;
                 let id = req_str(o, "id", &at)?;
-                let name = req_str(o, "name", &at)?;
-                chat::messages::check_tool_name(name, &format!("{at}.name"))
-                    .map_err(|e| chat_err(&e))?;
+                let name = tool_name(o, &at)?;
+                // required, as Anthropic's API has it: a call without its input is refused
                 let input = match get(o, "input") {
-                    None => Vec::new(),
+                    None => return Err(ApiError::invalid(&format!("{at}.input"), "missing")),
                     Some(Value::Object(i)) => {
                         i.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
                     }
                     Some(v) => return Err(type_err(&format!("{at}.input"), "an object", v)),
                 };
-                if m.tool_calls.iter().any(|c| c.id.as_deref() == Some(id)) {
-                    return Err(ApiError::invalid(
-                        &format!("{at}.id"),
-                        format!("{id:?} is the id of an earlier tool_use of this turn"),
-                    ));
-                }
-                m.tool_calls.push(ToolCall {
-                    id: Some(id.to_string()),
-                    name: name.to_string(),
-                    arguments: Arguments::Object(input),
-                    index: None,
-                });
+                push_call(
+                    &mut m,
+                    id,
+                    name,
+                    Arguments::Object(input),
+                    &at,
+                    "id",
+                    "tool_use",
+                )?;
             }
             other => {
                 if let Some(e) = media_refusal(other, &at) {
@@ -561,15 +483,15 @@ fn assistant_turn(blocks: &[Value], at: &str, key: &[u8], last: bool) -> Result<
 
 /// `tools` → declarations in the chat-completions form the template renders (`{"type":
 /// "function", "function": {name, description, parameters}}`), so the same tools give the
-/// same ids through either API.
-fn tools(v: Option<&Value>) -> Result<Vec<Value>, ApiError> {
+/// same ids through either API; and their names.
+fn tools(v: Option<&Value>) -> Result<(Vec<Value>, Vec<String>), ApiError> {
     let list = match v {
-        None | Some(Value::Null) => return Ok(Vec::new()),
+        None | Some(Value::Null) => return Ok(Default::default()),
         Some(Value::Array(a)) => a,
         Some(v) => return Err(type_err("tools", "an array", v)),
     };
     let mut out: Vec<Value> = Vec::with_capacity(list.len());
-    let mut names: Vec<&str> = Vec::new();
+    let mut names = Vec::new();
     for (i, t) in list.iter().enumerate() {
         let at = format!("tools[{i}]");
         let o = t
@@ -587,21 +509,7 @@ fn tools(v: Option<&Value>) -> Result<Vec<Value>, ApiError> {
             Some(v) => return Err(type_err(&format!("{at}.type"), "a string", v)),
         }
         known_keys(o, &["name", "description", "input_schema"], &at)?;
-        let name = req_str(o, "name", &at)?;
-        chat::messages::check_tool_name(name, &format!("{at}.name")).map_err(|e| chat_err(&e))?;
-        if names.contains(&name) {
-            return Err(ApiError::invalid(
-                &format!("{at}.name"),
-                format!("tool {name:?} is declared more than once"),
-            ));
-        }
-        names.push(name);
-        let mut f = Object::new().with("name", name);
-        match get(o, "description") {
-            None => {}
-            Some(Value::String(d)) => f.insert("description", d.as_str()),
-            Some(v) => return Err(type_err(&format!("{at}.description"), "a string", v)),
-        }
+        let mut f = declaration(o, &at, &mut names)?;
         match get(o, "input_schema") {
             Some(s @ Value::Object(_)) => f.insert("parameters", s.clone()),
             Some(v) => {
@@ -618,14 +526,9 @@ fn tools(v: Option<&Value>) -> Result<Vec<Value>, ApiError> {
                 ))
             }
         }
-        out.push(
-            Object::new()
-                .with("type", "function")
-                .with("function", f)
-                .into(),
-        );
+        out.push(function(f));
     }
-    Ok(out)
+    Ok((out, names))
 }
 
 /// `tool_choice`: `{"type": "auto" | "any" | "none" | "tool", "name"?,
@@ -649,16 +552,7 @@ fn tool_choice(v: Option<&Value>, declared: &[String]) -> Result<ToolChoice, Api
         "auto" => Ok(ToolChoice::Auto),
         "any" => Ok(ToolChoice::Required),
         "none" => Ok(ToolChoice::None),
-        "tool" => {
-            let name = req_str(o, "name", "tool_choice")?;
-            if !declared.iter().any(|d| d == name) {
-                return Err(ApiError::invalid(
-                    "tool_choice.name",
-                    format!("tool {name:?} is not declared in `tools`"),
-                ));
-            }
-            Ok(ToolChoice::Named(name.to_string()))
-        }
+        "tool" => named_choice(o, declared),
         other => Err(ApiError::invalid(
             "tool_choice.type",
             format!("unknown value {other:?} (expected auto, any, tool or none)"),
@@ -701,7 +595,10 @@ fn thinking(v: Option<&Value>) -> Result<(Thinking, Option<usize>), ApiError> {
                     .and_then(|n| n.as_u64())
                     .filter(|&n| n >= 1)
                     .ok_or_else(|| {
-                        ApiError::invalid("thinking.budget_tokens", "expected an integer ≥ 1")
+                        ApiError::invalid(
+                            "thinking.budget_tokens",
+                            format!("expected an integer ≥ 1, found {}", found(v)),
+                        )
                     })?,
             };
             Ok((

@@ -13,18 +13,21 @@
 //! low, `medium`/`high` → high, `xhigh` → max; absent is the template's default (on, max).
 //! Every refusal names the field as a path (`input[2].call_id`), in OpenAI's error shape.
 
+use super::convert::{
+    declaration, function, get, known_fields, named_choice, open_calls, push_call, render, req_str,
+    tool_name, tool_result, type_err, Rendered,
+};
 use super::fields::check_model;
-use super::messages::{get, plain, req_str, type_err};
 use super::params::{check_length, gen_params};
 use super::{ApiError, GenParams, Limits};
-use crate::chat::{
-    self, Effort, Message, Request as ChatRequest, Role, Thinking, ToolCall, ToolChoice,
-};
+use crate::chat::{self, Effort, Message, Role, Thinking, ToolChoice};
 use crate::json::{Object, Value};
 use crate::tokenizer::Tokenizer;
 
-/// Fields of `POST /v1/responses` read here.
+/// Fields of `POST /v1/responses` read here (`previous_response_id` by the route, which puts
+/// the stored conversation before `input`).
 const ACCEPTED: &[&str] = &[
+    "previous_response_id",
     "model",
     "input",
     "instructions",
@@ -129,64 +132,36 @@ pub fn responses_job(
     lim: &Limits,
     os_seed: &mut dyn FnMut() -> u64,
 ) -> Result<ResponsesJob, ApiError> {
-    // `previous_response_id` is resolved by the route (the stored conversation joins `input`)
-    for (k, _) in o.iter() {
-        if !ACCEPTED.contains(&k) && !IGNORED.contains(&k) && k != "previous_response_id" {
-            return Err(ApiError::invalid(
-                k,
-                "unknown field (docs/cli.md lists the Responses fields k3 accepts)",
-            ));
-        }
-    }
+    known_fields(o, ACCEPTED, IGNORED, "docs/cli.md's Responses section")?;
     check_model(o, lim)?;
     let encrypted = include(o)?;
     if let Some(v) = get(o, "parallel_tool_calls").filter(|v| v.as_bool().is_none()) {
         return Err(type_err("parallel_tool_calls", "a boolean", v));
     }
-    let (tools, custom, built_in) = tools(get(o, "tools"))?;
-    let names: Vec<String> = tools
-        .iter()
-        .filter_map(|t| t.get("function")?.get("name")?.as_str().map(String::from))
-        .collect();
+    let (tools, names, custom, built_in) = tools(get(o, "tools"))?;
     let tool_choice = tool_choice(get(o, "tool_choice"), &names)?;
-    let (mut thinking, effort) = reasoning(get(o, "reasoning"))?;
-    // the template's rule (TOKENIZER.md §10 step 4): a named tool turns thinking off
-    if matches!(tool_choice, ToolChoice::Named(_)) {
-        thinking = Thinking::Off;
-    }
+    let (thinking, effort) = reasoning(get(o, "reasoning"))?;
     let mut messages = Vec::new();
     match get(o, "instructions") {
         None => {}
         Some(Value::String(s)) if s.is_empty() => {}
-        Some(Value::String(s)) => messages.push(plain(Role::System, Some(vec![s.clone()]))),
+        Some(Value::String(s)) => {
+            messages.push(Message::plain(Role::System, Some(vec![s.clone()])))
+        }
         Some(v) => return Err(type_err("instructions", "a string", v)),
     }
     messages.extend(input(get(o, "input"), &lim.sign_key)?);
-    let partial = messages.last().is_some_and(|m| m.partial);
-    let req = ChatRequest {
-        messages,
-        tools: (!tools.is_empty()).then_some(Value::Array(tools)),
-        tool_choice,
-        response_format: None,
+    let Rendered {
+        ids,
+        stub,
         thinking,
-    };
-    let err = |e: crate::error::Error| ApiError::from_chat(&e);
-    let segs = chat::render(&req, true).map_err(err)?;
-    let ids = chat::encode(tok, &segs).map_err(err)?;
-    let on = thinking != Thinking::Off;
-    let stub = if partial {
-        0
-    } else {
-        chat::encode(tok, &chat::generation_stub(on))
-            .map_err(err)?
-            .len()
-    };
+    } = render(messages, tools, tool_choice, None, thinking, tok)?;
     let params = gen_params(o, lim, os_seed, "max_output_tokens")?;
     check_length(ids.len(), stub, &params, lim, "input")?;
     Ok(ResponsesJob {
         ids,
         stub,
-        thinking: on && !partial,
+        thinking,
         params,
         custom,
         built_in,
@@ -286,7 +261,7 @@ struct Turn {
 impl Turn {
     fn get(&mut self) -> &mut Message {
         self.msg.get_or_insert_with(|| {
-            let mut m = plain(Role::Assistant, None);
+            let mut m = Message::plain(Role::Assistant, None);
             m.content = Some(Vec::new());
             m
         })
@@ -296,7 +271,9 @@ impl Turn {
 /// `input` → chat messages.
 fn input(v: Option<&Value>, key: &[u8]) -> Result<Vec<Message>, ApiError> {
     let items = match v {
-        Some(Value::String(s)) => return Ok(vec![plain(Role::User, Some(vec![s.clone()]))]),
+        Some(Value::String(s)) => {
+            return Ok(vec![Message::plain(Role::User, Some(vec![s.clone()]))])
+        }
         Some(Value::Array(a)) if a.is_empty() => {
             return Err(ApiError::invalid("input", "empty; give at least one item"))
         }
@@ -327,12 +304,7 @@ fn input(v: Option<&Value>, key: &[u8]) -> Result<Vec<Message>, ApiError> {
         };
         if !assistant_side {
             if let Some(m) = turn.msg.take() {
-                open = m
-                    .tool_calls
-                    .iter()
-                    .filter_map(|c| c.id.clone())
-                    .map(|id| (id, false))
-                    .collect();
+                open = open_calls(&m);
                 out.push(m);
             }
         }
@@ -361,7 +333,7 @@ fn input(v: Option<&Value>, key: &[u8]) -> Result<Vec<Message>, ApiError> {
                         ))
                     }
                 };
-                out.push(plain(role, Some(text)));
+                out.push(Message::plain(role, Some(text)));
             }
             "reasoning" => {
                 known_keys(o, &["summary", "content", "encrypted_content"], &at)?;
@@ -424,9 +396,7 @@ fn input(v: Option<&Value>, key: &[u8]) -> Result<Vec<Message>, ApiError> {
                 let arg_key = if custom_call { "input" } else { "arguments" };
                 known_keys(o, &["call_id", "name", arg_key], &at)?;
                 let id = req_str(o, "call_id", &at)?;
-                let name = req_str(o, "name", &at)?;
-                chat::messages::check_tool_name(name, &format!("{at}.name"))
-                    .map_err(|e| ApiError::from_chat(&e))?;
+                let name = tool_name(o, &at)?;
                 let arguments = if custom_call {
                     let input = req_str(o, "input", &at)?;
                     chat::Arguments::Object(vec![("input".to_string(), Value::from(input))])
@@ -438,43 +408,17 @@ fn input(v: Option<&Value>, key: &[u8]) -> Result<Vec<Message>, ApiError> {
                     chat::message::arguments(get(o, "arguments"), &format!("{at}.arguments"))
                         .map_err(|e| ApiError::from_chat(&e))?
                 };
-                let m = turn.get();
-                if m.tool_calls.iter().any(|c| c.id.as_deref() == Some(id)) {
-                    return Err(ApiError::invalid(
-                        &format!("{at}.call_id"),
-                        format!("{id:?} is the call_id of an earlier call of this turn"),
-                    ));
-                }
-                m.tool_calls.push(ToolCall {
-                    id: Some(id.to_string()),
-                    name: name.to_string(),
-                    arguments,
-                    index: None,
-                });
+                push_call(turn.get(), id, name, arguments, &at, "call_id", "call")?;
             }
             "function_call_output" | "custom_tool_call_output" => {
                 known_keys(o, &["call_id", "output"], &at)?;
                 let id = req_str(o, "call_id", &at)?;
-                let field = format!("{at}.call_id");
-                match open.iter_mut().find(|(c, _)| c == id) {
-                    None => {
-                        return Err(ApiError::invalid(
-                            &field,
-                            format!("{id:?} answers no function_call of the assistant turn before it"),
-                        ))
-                    }
-                    Some((_, true)) => {
-                        return Err(ApiError::invalid(&field, format!("{id:?} is answered twice")))
-                    }
-                    Some((_, done)) => *done = true,
-                }
                 let out_text = match get(o, "output") {
                     None => return Err(ApiError::invalid(&format!("{at}.output"), "missing")),
                     Some(v) => content(v, &format!("{at}.output"))?,
                 };
-                let mut m = plain(Role::Tool, Some(out_text));
-                m.tool_call_id = Some(id.to_string());
-                out.push(m);
+                let field = format!("{at}.call_id");
+                out.push(tool_result(&mut open, id, &field, "function_call", out_text)?);
             }
             "item_reference" => {
                 return Err(ApiError::invalid(
@@ -520,10 +464,10 @@ fn custom_parameters() -> Value {
         .into()
 }
 
-type Tools = (Vec<Value>, Vec<String>, Vec<String>);
+type Tools = (Vec<Value>, Vec<String>, Vec<String>, Vec<String>);
 
-/// `tools` → declarations in the chat-completions form the template renders, the custom
-/// tools' names, and the built-in tools' types.
+/// `tools` → declarations in the chat-completions form the template renders, their names,
+/// the custom tools' names, and the built-in tools' types.
 fn tools(v: Option<&Value>) -> Result<Tools, ApiError> {
     let list = match v {
         None => return Ok(Default::default()),
@@ -531,7 +475,7 @@ fn tools(v: Option<&Value>) -> Result<Tools, ApiError> {
         Some(v) => return Err(type_err("tools", "an array", v)),
     };
     let (mut out, mut custom, mut built_in) = (Vec::new(), Vec::new(), Vec::new());
-    let mut names: Vec<String> = Vec::new();
+    let mut names = Vec::new();
     for (i, t) in list.iter().enumerate() {
         let at = format!("tools[{i}]");
         let o = t
@@ -557,28 +501,13 @@ fn tools(v: Option<&Value>) -> Result<Tools, ApiError> {
         } else {
             known_keys(o, &["name", "description", "parameters", "strict"], &at)?;
         }
-        let name = req_str(o, "name", &at)?;
-        chat::messages::check_tool_name(name, &format!("{at}.name"))
-            .map_err(|e| ApiError::from_chat(&e))?;
-        if names.iter().any(|n| n == name) {
-            return Err(ApiError::invalid(
-                &format!("{at}.name"),
-                format!("tool {name:?} is declared more than once"),
-            ));
-        }
-        names.push(name.to_string());
-        let mut f = Object::new().with("name", name);
-        match get(o, "description") {
-            None => {}
-            Some(Value::String(d)) => f.insert("description", d.as_str()),
-            Some(v) => return Err(type_err(&format!("{at}.description"), "a string", v)),
-        }
+        let mut f = declaration(o, &at, &mut names)?;
         if is_custom {
             if let Some(v) = get(o, "format").filter(|v| v.as_object().is_none()) {
                 return Err(type_err(&format!("{at}.format"), "an object", v));
             }
             f.insert("parameters", custom_parameters());
-            custom.push(name.to_string());
+            custom.extend(names.last().cloned());
         } else {
             if let Some(v) = get(o, "strict").filter(|v| v.as_bool().is_none()) {
                 return Err(type_err(&format!("{at}.strict"), "a boolean", v));
@@ -595,14 +524,9 @@ fn tools(v: Option<&Value>) -> Result<Tools, ApiError> {
                 None => {}
             }
         }
-        out.push(
-            Object::new()
-                .with("type", "function")
-                .with("function", f)
-                .into(),
-        );
+        out.push(function(f));
     }
-    Ok((out, custom, built_in))
+    Ok((out, names, custom, built_in))
 }
 
 /// `tool_choice`: `"auto" | "none" | "required"` or `{"type": "function" | "custom",
@@ -625,16 +549,7 @@ fn tool_choice(v: Option<&Value>, declared: &[String]) -> Result<ToolChoice, Api
         Some(v) => return Err(type_err("tool_choice", "a string or an object", v)),
     };
     match req_str(o, "type", "tool_choice")? {
-        "function" | "custom" => {
-            let name = req_str(o, "name", "tool_choice")?;
-            if !declared.iter().any(|d| d == name) {
-                return Err(ApiError::invalid(
-                    "tool_choice.name",
-                    format!("tool {name:?} is not declared in `tools`"),
-                ));
-            }
-            Ok(ToolChoice::Named(name.to_string()))
-        }
+        "function" | "custom" => named_choice(o, declared),
         other => Err(ApiError::invalid(
             "tool_choice.type",
             format!("unsupported value {other:?} (expected function or custom)"),

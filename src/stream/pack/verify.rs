@@ -6,8 +6,10 @@
 //! the check of the middle.
 //!
 //! A mismatch is damaged input (exit 2) naming the file at fault, the layer and the byte
-//! offset: `trunk.bin` when its run no longer matches its recorded sum, the shard when the
-//! trunk matches its sums but the shard's byte differs. Without sums (a manifest written before
+//! offset: `trunk.bin` when its run no longer matches its recorded sum, `trunk.json` when the
+//! run's bytes are vouched for (they equal the shard's, or every coded block matches its own
+//! sum) and only the run's recorded sum differs, the shard when the trunk matches its sums but
+//! the shard's byte differs. Without sums (a manifest written before
 //! them) the shards are the only reference, and a difference names both files.
 
 use super::{PackedLayer, PackedTrunk};
@@ -239,16 +241,26 @@ impl Work {
                 } else {
                     format!("the blocks at trunk.bin offsets {}..{}", l.file_off, l.file_off + l.nbytes)
                 };
-                Err(Error::invalid(if shard.is_some() {
-                    format!(
-                        "{bin_name}: layer {}: the run ({range}) equals the bytes of {} but not its SHA-256 in trunk.json (lists {}, the bytes hash to {}): trunk.json is damaged; pack the trunk again",
-                        l.layer, l.shard, to_hex(&want), to_hex(&got)
-                    )
+                let json_name = bin.path().with_file_name("trunk.json");
+                let json_name = json_name.display();
+                // the bytes are vouched for by the shards, or by every block's own sum (each
+                // checked in `block`): then it is the run's recorded sum that is wrong
+                let vouched = if shard.is_some() {
+                    Some(format!("equals the bytes of {}", l.shard))
+                } else if !l.blocks.is_empty() && l.block_sha256.len() == l.blocks.len() {
+                    Some("matches the SHA-256 of each of its blocks in trunk.json".to_string())
                 } else {
-                    format!(
-                        "{bin_name}: layer {}: the run ({range}, {} bytes) does not match its SHA-256 in trunk.json (lists {}, the bytes hash to {}): trunk.bin is damaged in this run; give --against MODEL_DIR to find the first differing byte; pack the trunk again",
+                    None
+                };
+                Err(Error::invalid(match vouched {
+                    Some(by) => format!(
+                        "{json_name}: layer {}: the run ({range}) {by} but not its own SHA-256 in trunk.json (lists {}, the bytes hash to {}): trunk.json is damaged (the run's sha256), not trunk.bin; pack the trunk again",
+                        l.layer, to_hex(&want), to_hex(&got)
+                    ),
+                    None => format!(
+                        "{bin_name}: layer {}: the run ({range}, {} bytes) does not match its SHA-256 in trunk.json (lists {}, the bytes hash to {}): trunk.bin is damaged in this run, or trunk.json's sum of it is; give --against MODEL_DIR to tell which and find the first differing byte; pack the trunk again",
                         l.layer, l.run_len(), to_hex(&want), to_hex(&got)
-                    )
+                    ),
                 }))
             }
             (Some(_), Some(r)) => Err(Error::invalid(format!(

@@ -550,6 +550,43 @@ fn a_byte_flipped_in_a_coded_block_names_the_layer_block_and_offset() {
     );
 }
 
+/// The bug: a damaged run sum in trunk.json was blamed on trunk.bin ("trunk.bin is damaged in
+/// this run") although every coded block matched its own sum. Now trunk.json is named, by the
+/// block sums alone, or by the shards with --against (coded or not).
+#[test]
+fn a_damaged_run_sum_names_trunk_json_not_trunk_bin() {
+    let model = fixture("tiny-k3");
+    for coded in [false, true] {
+        let trunk = packed(&model, &format!("verify_trunk_sum_{coded}"), coded);
+        let mut j = layout(&trunk);
+        let sum = j["layers"][5]["sha256"].as_str().unwrap().to_string();
+        let first = if sum.starts_with('0') { "1" } else { "0" };
+        j["layers"][5]["sha256"] = serde_json::json!(format!("{first}{}", &sum[1..]));
+        std::fs::write(trunk.join("trunk.json"), j.to_string()).unwrap();
+        let json = s(&trunk.join("trunk.json")).to_string();
+        let mut runs = vec![vec!["verify", "--trunk", s(&trunk), "--against", s(&model)]];
+        if coded {
+            runs.push(vec!["verify", "--trunk", s(&trunk)]);
+        }
+        for args in runs {
+            let (code, _, err) = k3(&args);
+            assert_eq!(code, 2, "{err}");
+            assert!(
+                err.contains(&format!("{json}: layer 5: the run"))
+                    && err.contains("trunk.json is damaged")
+                    && !err.contains("trunk.bin is damaged"),
+                "{args:?}: {err}"
+            );
+        }
+        if !coded {
+            // one sum and no shards: either file may be at fault, and the message says both
+            let (code, _, err) = k3(&["verify", "--trunk", s(&trunk)]);
+            assert_eq!(code, 2, "{err}");
+            assert!(err.contains("or trunk.json's sum of it is"), "{err}");
+        }
+    }
+}
+
 #[test]
 fn against_a_shard_whose_byte_differs_names_the_shard() {
     let model = copy_checkpoint("tiny-k3", "verify_trunk_shard_ckpt");

@@ -8,12 +8,6 @@
 use super::support::*;
 use serde_json::{json, Value};
 
-/// Reasoning "Let me check.", content "Checking.", one call get_weather(city="Paris"), [EOS].
-const TOOL_REPLY: &str = "9413,1019,2598,13,163588,39964,163589,163587,12092,163589,67772,13,\
-163588,12092,163589,163587,25385,163589,163587,10257,4453,878,618,21055,2800,1,4002,878,16,1,\
-163589,163587,47185,2355,878,37666,1,1798,878,2033,1,163589,113476,163588,47185,163589,163588,\
-10257,163589,163588,25385,163589,163588,2778,163589,163585";
-
 fn tools() -> Value {
     json!([{"name": "get_weather", "description": "Weather of a city",
             "input_schema": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -372,6 +366,21 @@ fn bad_messages_requests_are_refused_naming_the_field() {
             with("thinking", json!({"type": "enabled", "budget_tokens": 0})),
             "thinking.budget_tokens",
         ),
+        // what Anthropic's API refuses and the shared sampling reader took
+        (with("temperature", json!(1.5)), "temperature"),
+        (with("top_k", json!(-1)), "top_k"),
+        (with("metadata", json!("u")), "metadata"),
+        (
+            with(
+                "messages",
+                json!([{"role": "user", "content": "w?"},
+                       {"role": "assistant", "content": [
+                           {"type": "tool_use", "id": "t1", "name": "get_weather"}]},
+                       {"role": "user", "content": [
+                           {"type": "tool_result", "tool_use_id": "t1", "content": "x"}]}]),
+            ),
+            "messages[1].content[0].input",
+        ),
         (with("stop_sequences", json!("x")), "stop_sequences"),
         (with("stop_sequences", json!([""])), "stop_sequences[0]"),
         (with("stop_sequences", json!([1])), "stop_sequences[0]"),
@@ -384,6 +393,22 @@ fn bad_messages_requests_are_refused_naming_the_field() {
         let r = post_with(&s, m, &[key], b);
         assert_error(&r, 400, Some(field));
     }
+    // the value found is said, as for every other field: 1e30 was "expected an integer ≥ 1"
+    let r = post_with(
+        &s,
+        m,
+        &[key],
+        &with(
+            "thinking",
+            json!({"type": "enabled", "budget_tokens": 1e30}),
+        ),
+    );
+    assert_error(&r, 400, Some("thinking.budget_tokens"));
+    let msg = r.json()["error"]["message"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(msg.contains("found 1e+30"), "{msg}");
     // count_tokens refuses the same way, and what only generation takes
     let c = "/v1/messages/count_tokens";
     assert_error(
@@ -439,7 +464,7 @@ fn a_refused_origin_on_messages_is_an_anthropic_error() {
 
 #[test]
 fn messages_blocks_tool_round_trip_and_signatures() {
-    let s = start(&["--ctx", "1024"], &[("K3_TEST_FORCE_IDS", TOOL_REPLY)]);
+    let s = start_forced(&["--ctx", "1024"], TOOL_REPLY);
     let user = json!({"role": "user", "content": "Weather in Paris?"});
     let b = json!({"model": MODEL, "max_tokens": 100, "tools": tools(), "messages": [user]});
     let r = post(&s, "/v1/messages", &b);

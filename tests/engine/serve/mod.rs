@@ -187,13 +187,6 @@ fn completion_text_equals_k3_run_on_the_same_ids() {
     );
 }
 
-/// A reply with reasoning, content and one tool call (`get_weather`, city Paris), then
-/// `[EOS]`: the ids of `k3 tokenize --special` over its markup (TOKENIZER.md §13).
-const TOOL_REPLY: &str = "9413,1019,2598,13,163588,39964,163589,163587,12092,163589,67772,13,\
-163588,12092,163589,163587,25385,163589,163587,10257,4453,878,618,21055,2800,1,4002,878,16,1,\
-163589,163587,47185,2355,878,37666,1,1798,878,2033,1,163589,113476,163588,47185,163589,163588,\
-10257,163589,163588,25385,163589,163588,2778,163589,163585";
-
 fn tools() -> Value {
     json!([{"type": "function", "function": {"name": "get_weather",
         "description": "Weather of a city",
@@ -203,7 +196,7 @@ fn tools() -> Value {
 
 #[test]
 fn tool_calls_round_trip_and_reuse_the_prefix() {
-    let s = start(&["--ctx", "1024"], &[("K3_TEST_FORCE_IDS", TOOL_REPLY)]);
+    let s = start_forced(&["--ctx", "1024"], TOOL_REPLY);
     let user = json!({"role": "user", "content": "Weather in Paris?"});
     let body = json!({"model": MODEL, "messages": [user], "tools": tools(), "seed": 5});
     let r = post(&s, "/v1/chat/completions", &body);
@@ -271,10 +264,7 @@ fn tool_calls_round_trip_and_reuse_the_prefix() {
 
 #[test]
 fn stop_strings_end_the_content_and_are_not_returned() {
-    let s = start(
-        &["--prefill-chunk", "8"],
-        &[("K3_TEST_FORCE_IDS", TOOL_REPLY)],
-    );
+    let s = start_forced(&["--prefill-chunk", "8"], TOOL_REPLY);
     let body = json!({"model": MODEL, "messages": [{"role": "user", "content": "x"}],
                       "stop": ["king"], "seed": 1});
     let v = post(&s, "/v1/chat/completions", &body).json();

@@ -8,12 +8,6 @@
 use super::support::*;
 use serde_json::{json, Value};
 
-/// Reasoning "Let me check.", content "Checking.", one call get_weather(city="Paris"), [EOS].
-const TOOL_REPLY: &str = "9413,1019,2598,13,163588,39964,163589,163587,12092,163589,67772,13,\
-163588,12092,163589,163587,25385,163589,163587,10257,4453,878,618,21055,2800,1,4002,878,16,1,\
-163589,163587,47185,2355,878,37666,1,1798,878,2033,1,163589,113476,163588,47185,163589,163588,\
-10257,163589,163588,25385,163589,163588,2778,163589,163585";
-
 fn tools() -> Value {
     json!([{"type": "function", "name": "get_weather", "description": "Weather of a city",
             "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -350,7 +344,7 @@ fn bad_responses_requests_are_refused_naming_the_field() {
 
 #[test]
 fn responses_items_round_trip_and_stream() {
-    let s = start(&["--ctx", "1024"], &[("K3_TEST_FORCE_IDS", TOOL_REPLY)]);
+    let s = start_forced(&["--ctx", "1024"], TOOL_REPLY);
     let b = json!({"model": MODEL, "max_output_tokens": 100, "tools": tools(),
                    "input": "Weather in Paris?"});
     let r = post(&s, "/v1/responses", &b);
@@ -542,4 +536,20 @@ fn stored_responses_continue_as_the_whole_conversation() {
     st["stream"] = json!(true);
     let sr = accumulate(&post(&s, "/v1/responses", &st));
     assert_eq!(comparable(sr)["output"], comparable(c)["output"]);
+}
+
+/// The bug: without `max_output_tokens` a response stopped after one id (the Responses route
+/// defaulted to 1 where chat completions runs up to the context), so Codex CLI, which sends
+/// none, got one token. The forced reply comes back whole, streamed and not.
+#[test]
+fn no_max_output_tokens_runs_up_to_the_context() {
+    let s = start_forced(&["--ctx", "1024"], TOOL_REPLY);
+    let mut b = json!({"model": MODEL, "tools": tools(), "input": "Weather in Paris?"});
+    let v = post(&s, "/v1/responses", &b).json();
+    assert_eq!(v["status"], "completed", "{v}");
+    assert_eq!(v["output"].as_array().map(Vec::len), Some(3), "{v}");
+    assert!(v["usage"]["output_tokens"].as_u64() > Some(50), "{v}");
+    b["stream"] = json!(true);
+    let st = accumulate(&post(&s, "/v1/responses", &b));
+    assert_eq!(comparable(st), comparable(v));
 }

@@ -37,6 +37,20 @@ pub fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
     start_dir(&fixture(MODEL), args, env)
 }
 
+/// A reply with reasoning "Let me check.", content "Checking." and one tool call
+/// (`get_weather`, city Paris), then `[EOS]`: the ids of `k3 tokenize --special` over its
+/// markup (TOKENIZER.md §13), for [`start_forced`].
+pub const TOOL_REPLY: &str = "9413,1019,2598,13,163588,39964,163589,163587,12092,163589,67772,13,\
+163588,12092,163589,163587,25385,163589,163587,10257,4453,878,618,21055,2800,1,4002,878,16,1,\
+163589,163587,47185,2355,878,37666,1,1798,878,2033,1,163589,113476,163588,47185,163589,163588,\
+10257,163589,163588,25385,163589,163588,2778,163589,163585";
+
+/// [`start`] with every request's reply forced to begin with `ids` (comma-separated; the
+/// `K3_TEST_FORCE_IDS` hook, DEVELOPERS.md "Test hooks"), e.g. [`TOOL_REPLY`].
+pub fn start_forced(args: &[&str], ids: &str) -> Server {
+    start(args, &[("K3_TEST_FORCE_IDS", ids)])
+}
+
 /// [`start`] on the model directory `dir` (served as `tiny-k3-text` whatever its name).
 pub fn start_dir(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Server {
     let s = spawn(dir, args, env);

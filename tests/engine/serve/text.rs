@@ -55,7 +55,7 @@ fn streamed_chat_text_never_splits_a_character() {
         &[163588, 12092, 163589, 163588, 2778, 163589, EOS],
     ]
     .concat();
-    let s = start(&[], &[("K3_TEST_FORCE_IDS", &ids(&reply))]);
+    let s = start_forced(&[], &ids(&reply));
     let body = chat_body("Say it.", 64, 1);
     let whole = post(&s, "/v1/chat/completions", &body).json();
     let m = &whole["choices"][0]["message"];
@@ -90,7 +90,7 @@ fn streamed_chat_text_never_splits_a_character() {
 #[test]
 fn streamed_completion_text_never_splits_a_character() {
     let reply = [E4, B8, AD, HI, C3, A9, F0, X9F, X98, X80, D0, B6, EOS];
-    let s = start(&[], &[("K3_TEST_FORCE_IDS", &ids(&reply))]);
+    let s = start_forced(&[], &ids(&reply));
     let body = json!({"model": MODEL, "prompt": "Say it.", "max_tokens": 32, "seed": 1});
     let whole = post(&s, "/v1/completions", &body).json();
     let text = whole["choices"][0]["text"].as_str().unwrap().to_string();
@@ -117,7 +117,7 @@ fn completion_text_offsets_count_characters() {
     let reply = [
         ZHISHANG, E4, B8, AD, HI, C3, A9, F0, X9F, X98, X80, D0, B6, EOS,
     ];
-    let s = start(&[], &[("K3_TEST_FORCE_IDS", &ids(&reply))]);
+    let s = start_forced(&[], &ids(&reply));
     let body = json!({"model": MODEL, "prompt": "Say it.", "max_tokens": 32, "seed": 1,
                       "logprobs": 0});
     let whole = post(&s, "/v1/completions", &body).json();
