@@ -15,6 +15,7 @@ use params::{check_length, gen_params};
 
 use crate::chat::{self, Request as ChatRequest, Thinking};
 use crate::error::Error;
+use crate::generate::guide::Constraints;
 use crate::generate::sample::SamplerSettings;
 use crate::json::{Object, Value};
 use crate::tokenizer::Tokenizer;
@@ -117,6 +118,10 @@ pub struct GenParams {
     pub logprobs: bool,
     /// How many alternatives per position (`top_logprobs`, completions' `logprobs` N).
     pub top_logprobs: usize,
+    /// The reply's constraints (ENGINE.md §8: `response_format` / `text.format` /
+    /// `output_config.format`, tools per `tool_choice`; module `constraint`), set by each
+    /// API's decoder from its conversation.
+    pub constraints: Constraints,
 }
 
 /// A decoded `/v1/chat/completions` request.

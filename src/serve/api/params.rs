@@ -145,6 +145,7 @@ pub(super) fn gen_params(
         include_usage,
         logprobs: false,
         top_logprobs: 0,
+        constraints: Default::default(),
     })
 }
 

@@ -5,6 +5,7 @@
 //! list.
 
 mod cli;
+mod constrained;
 mod sample;
 mod session;
 mod spec;

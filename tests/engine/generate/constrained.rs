@@ -1,0 +1,178 @@
+//! Constraints in the session (ENGINE.md §8 "Constraints", issue 25): a hand-written
+//! constraint on tests/fixtures/tiny-k3 (random weights, so only the mask makes the ids fit
+//! it). Every chosen id is admitted; greedy is the lowest id among the maxima of the admitted
+//! logits; a mask of one id forces it; the ids are the same bits alone, in a batch of three,
+//! under speculation (`--spec 4`, drafts checked on a copy) and after a snapshot + restore.
+
+use super::session::{opts, prompt, session, Tiny};
+use k3::constrain::{Constraint, Mask, Rejected};
+use k3::generate::batch::{run_batch, BatchItem};
+use k3::generate::guide::Constraints;
+use k3::generate::session::StepEvent;
+
+/// Admits, at step k, the ids ≡ k (mod 5) below 200 (ids ≥ 200 never) for `len` ids; then
+/// only `end`. A bounded output: after `len` ids it is complete.
+#[derive(Debug, Clone)]
+struct Stride {
+    len: usize,
+    end: u32,
+    k: usize,
+}
+
+impl Constraint for Stride {
+    fn mask(&mut self, _remaining: Option<usize>, m: &mut Mask) {
+        if self.k >= self.len {
+            m.set(self.end);
+            return;
+        }
+        for id in (0..200u32).filter(|id| *id as usize % 5 == self.k % 5) {
+            m.set(id);
+        }
+    }
+    fn accept(&mut self, id: u32) -> Result<(), Rejected> {
+        let ok = if self.k >= self.len {
+            id == self.end
+        } else {
+            id < 200 && id as usize % 5 == self.k % 5
+        };
+        if !ok {
+            return Err(Rejected(format!("id {id} at step {}", self.k)));
+        }
+        self.k += 1;
+        Ok(())
+    }
+    fn is_complete(&self) -> bool {
+        self.k >= self.len
+    }
+    fn boxed_clone(&self) -> Box<dyn Constraint> {
+        Box::new(self.clone())
+    }
+}
+
+fn stride(len: usize) -> Box<dyn Constraint> {
+    Box::new(Stride { len, end: 7, k: 0 })
+}
+
+/// (generated ids, logits hash, the logits each id was chosen from) of one constrained run.
+fn run(sess: &mut Tiny, p: &[u32], t: f64, seed: u64, len: usize) -> (Vec<u32>, u64, Vec<Vec<f32>>) {
+    let mut s = sess.sequence(p, 64, opts(t, seed, 20, vec![7])).unwrap();
+    s.set_constraints(vec![stride(len)]);
+    sess.prefill(&mut s, None, &mut |_| Ok(())).unwrap();
+    let mut from = Vec::new();
+    let mut cur = s.logits().to_vec();
+    while s.active() {
+        sess.step(&mut [&mut s], &mut |ev| {
+            match ev {
+                StepEvent::Chosen(..) => from.push(cur.clone()),
+                StepEvent::Logits(_, l) => cur = l.to_vec(),
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
+    (s.generated().to_vec(), s.logits_hash(), from)
+}
+
+#[test]
+fn every_id_is_admitted_and_greedy_is_the_lowest_admitted_maximum() {
+    let mut sess = session(2);
+    for (t, seed) in [(0.0, 0), (0.9, 3), (1.5, 11)] {
+        let (ids, _, from) = run(&mut sess, &prompt(9, 1), t, seed, 12);
+        assert_eq!(ids.len(), 13, "{ids:?}");
+        for (k, &id) in ids.iter().enumerate() {
+            if k < 12 {
+                assert!(id < 200 && id as usize % 5 == k % 5, "step {k}: {id}");
+            } else {
+                assert_eq!(id, 7, "the end id once complete");
+            }
+        }
+        if t == 0.0 {
+            for (k, (&id, z)) in ids.iter().zip(&from).enumerate().take(12) {
+                let best = (0..200u32)
+                    .filter(|i| *i as usize % 5 == k % 5)
+                    .fold(None::<u32>, |b, i| match b {
+                        Some(b) if z[i as usize] <= z[b as usize] => Some(b),
+                        _ => Some(i),
+                    })
+                    .unwrap();
+                assert_eq!(id, best, "step {k}");
+            }
+        }
+    }
+}
+
+#[test]
+fn constrained_ids_are_the_same_in_a_batch_under_speculation_and_after_restore() {
+    let mut sess = session(2);
+    let cases: Vec<(Vec<u32>, f64, u64, usize)> = vec![
+        (prompt(9, 1), 0.0, 0, 12),
+        (prompt(5, 2), 0.9, 3, 6),
+        (prompt(14, 3), 1.2, 9, 15),
+    ];
+    let alone: Vec<_> = cases
+        .iter()
+        .map(|(p, t, s, n)| run(&mut sess, p, *t, *s, *n))
+        .collect();
+    // a batch of three, two at a time
+    let items = cases
+        .iter()
+        .enumerate()
+        .map(|(i, (p, t, s, n))| BatchItem {
+            index: i as u64,
+            prompt: p.clone(),
+            capacity: 64,
+            opts: opts(*t, *s, 20, vec![7]),
+            constraints: Constraints::one(stride(*n)),
+        })
+        .collect();
+    let mut got = vec![None; 3];
+    run_batch(&mut sess, items, 2, &mut |i, s| {
+        let s = s.unwrap();
+        got[i as usize] = Some((s.generated().to_vec(), s.logits_hash()));
+        Ok(())
+    })
+    .unwrap();
+    for (a, g) in alone.iter().zip(&got) {
+        assert_eq!(Some((a.0.clone(), a.1)), *g);
+    }
+    // speculation: four drafted rows at most, each verified under its own mask
+    sess.spec.max_draft = 4;
+    for ((p, t, s, n), a) in cases.iter().zip(&alone) {
+        let r = run(&mut sess, p, *t, *s, *n);
+        assert_eq!((r.0, r.1), (a.0.clone(), a.1));
+    }
+    sess.spec.max_draft = 0;
+    // a snapshot mid-way carries the constraint's position
+    let (p, t, seed, n) = &cases[1];
+    let mut s = sess.sequence(p, 64, opts(*t, *seed, 20, vec![7])).unwrap();
+    s.set_constraints(vec![stride(*n)]);
+    sess.prefill(&mut s, None, &mut |_| Ok(())).unwrap();
+    for _ in 0..3 {
+        sess.step(&mut [&mut s], &mut |_| Ok(())).unwrap();
+    }
+    let snap = s.snapshot();
+    while s.active() {
+        sess.step(&mut [&mut s], &mut |_| Ok(())).unwrap();
+    }
+    let mut r = sess.sequence(p, 64, opts(*t, *seed, 20, vec![7])).unwrap();
+    r.restore(&snap).unwrap();
+    while r.active() {
+        sess.step(&mut [&mut r], &mut |_| Ok(())).unwrap();
+    }
+    assert_eq!(r.generated(), s.generated());
+    assert_eq!(s.generated(), &alone[1].0[..]);
+}
+
+/// The ids of an earlier run replayed into the constraint (a resumed state) continue it
+/// where it stood; ids it never admitted are refused naming the index.
+#[test]
+fn replayed_constraints_continue_and_refuse_foreign_ids() {
+    let sess = session(1);
+    let p = prompt(9, 4);
+    let mut s = sess.sequence(&p, 64, opts(0.0, 0, 20, vec![7])).unwrap();
+    assert!(s.set_constraints_after(vec![stride(8)], &[0, 1, 2]).is_ok());
+    let e = s.set_constraints_after(vec![stride(8)], &[0, 2]).unwrap_err();
+    assert_eq!(e.exit_code(), 2);
+    assert!(e.message.contains("generated id 1 (2)"), "{}", e.message);
+    assert!(!s.constraints_complete());
+}
