@@ -45,6 +45,9 @@ pub struct BudgetConstraint {
     seen: usize,
     /// The model wrote `<|close|>` within the budget: the constraint never binds.
     closed: bool,
+    /// Every id admitted (built once at the mask's size, then copied: the budget binds on
+    /// a few ids of a turn and admits everything on all the others).
+    all: Option<Mask>,
 }
 
 impl BudgetConstraint {
@@ -54,6 +57,7 @@ impl BudgetConstraint {
             b,
             seen: 0,
             closed: false,
+            all: None,
         }
     }
 
@@ -74,16 +78,29 @@ impl Constraint for BudgetConstraint {
                 mask.clear();
                 mask.set(id);
             }
-            None => mask.fill(),
+            None => {
+                let v = mask.len();
+                let all = self.all.get_or_insert_with(|| {
+                    let mut m = Mask::new(v);
+                    for id in 0..v as u32 {
+                        m.set(id);
+                    }
+                    m
+                });
+                mask.copy_from(all);
+            }
         }
     }
     fn accept(&mut self, id: u32) -> Result<(), Rejected> {
         if let Some(f) = self.forced() {
             if f != id {
-                return Err(Rejected(format!(
-                    "the thinking budget of {} ids admits only id {f} here, not {id}",
-                    self.b.budget
-                )));
+                return Err(Rejected {
+                    id,
+                    reason: format!(
+                        "the thinking budget of {} ids admits only id {f} here",
+                        self.b.budget
+                    ),
+                });
             }
         }
         if self.seen < self.b.budget && self.b.close.first() == Some(&id) {

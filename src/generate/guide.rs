@@ -56,7 +56,7 @@ impl Guide {
             } else {
                 self.scratch.clear();
                 c.mask(remaining, &mut self.scratch);
-                self.mask.and(&self.scratch);
+                intersect(&mut self.mask, &self.scratch);
             }
         }
         &self.mask
@@ -81,6 +81,25 @@ impl Guide {
     /// Every constraint is complete.
     pub fn is_complete(&self) -> bool {
         self.list.iter().all(|c| c.is_complete())
+    }
+}
+
+/// `a` ∩ `b` into `a`. A mask that admits every id (a thinking budget that does not bind)
+/// costs two counts; otherwise the smaller side is walked.
+fn intersect(a: &mut Mask, b: &Mask) {
+    let v = a.len();
+    let nb = b.count();
+    if nb == v {
+        return;
+    }
+    if a.count() == v {
+        a.copy_from(b);
+        return;
+    }
+    let keep: Vec<u32> = a.iter().filter(|&id| b.allows(id)).collect();
+    a.clear();
+    for id in keep {
+        a.set(id);
     }
 }
 

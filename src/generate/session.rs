@@ -275,7 +275,7 @@ impl Sequence {
                     Error::invalid(format!(
                         "generated id {i} ({id}) of the earlier run does not fit the \
                          constraint: {}",
-                        r.0
+                        r.reason
                     ))
                 })?;
             }
@@ -441,8 +441,7 @@ impl Sequence {
             if let Err(r) = g.accept(id) {
                 if forced.is_none() {
                     return Err(Error::internal(format!(
-                        "the constraint refused the id it admitted: {}",
-                        r.0
+                        "the constraint refused the id it admitted: {r}"
                     )));
                 }
                 self.guide = None;

@@ -36,7 +36,10 @@ impl Constraint for Stride {
             id < 200 && id as usize % 5 == self.k % 5
         };
         if !ok {
-            return Err(Rejected(format!("id {id} at step {}", self.k)));
+            return Err(Rejected {
+                id,
+                reason: format!("step {}", self.k),
+            });
         }
         self.k += 1;
         Ok(())
