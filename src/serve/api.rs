@@ -4,6 +4,7 @@
 //! context check are `params`. Every refusal is an [`ApiError`] naming the field (`param`);
 //! the chat template's own refusals (TOKENIZER.md §10) name their path.
 
+pub mod constraint;
 mod fields;
 pub mod messages;
 mod params;
@@ -161,6 +162,8 @@ pub struct Limits {
     /// canonical config string and weights tag (FORMATS.md §9.1), so a signature survives
     /// restarts and belongs to one model.
     pub sign_key: Vec<u8>,
+    /// The vocabulary of structured output, built on the first constrained request.
+    pub vocabulary: constraint::VocabCell,
 }
 
 /// The request body as a JSON object, or 400 with the byte offset (and the field it stopped
@@ -224,6 +227,15 @@ pub fn chat_job(
         }
         params.top_logprobs = n as usize;
     }
+    let partial = req.messages.last().is_some_and(|m| m.partial);
+    params.constraints = constraint::reply_constraints(
+        &req,
+        thinking && !partial,
+        partial,
+        tok,
+        &lim.vocabulary,
+        &constraint::CHAT,
+    )?;
     check_length(ids.len(), stub, &params, lim, "messages")?;
     Ok(ChatJob {
         ids,

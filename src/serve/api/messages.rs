@@ -32,6 +32,7 @@ const ACCEPTED: &[&str] = &[
     "tool_choice",
     "thinking",
     "output_config",
+    "output_format",
     "stop_sequences",
     "temperature",
     "top_p",
@@ -77,6 +78,9 @@ struct Rendered {
     stub: usize,
     thinking: bool,
     budget: Option<usize>,
+    /// The reply's constraints (`output_config.format`, tool `input_schema`s per
+    /// `tool_choice`; [`super::constraint`]).
+    constraints: crate::generate::guide::Constraints,
 }
 
 /// The error body in Anthropic's shape: `{"type": "error", "error": {"type", "message"}}`
@@ -125,6 +129,7 @@ pub fn messages_job(
     let mut params = gen_params(o, lim, os_seed, "max_tokens")?;
     params.stop = stop_sequences(o)?;
     check_length(r.ids.len(), r.stub, &params, lim, "messages")?;
+    params.constraints = r.constraints;
     let think_budget = match r.budget {
         Some(b) if r.thinking => {
             let close = chat::encode(tok, &chat::think_closing()).map_err(|e| chat_err(&e))?;
@@ -177,7 +182,20 @@ fn render(o: &Object, tok: &Tokenizer, lim: &Limits) -> Result<Rendered, ApiErro
         .collect();
     let tool_choice = tool_choice(o.get("tool_choice"), &names)?;
     let (mut thinking, budget) = thinking(o.get("thinking"))?;
-    let (effort, response_format) = output_config(o.get("output_config"))?;
+    let (effort, mut response_format) = output_config(o.get("output_config"))?;
+    // the structured-outputs beta's spelling of the same format (`output_format`)
+    if let Some(f) = get(o, "output_format") {
+        let wrapped = Object::new().with("format", f.clone());
+        let (_, beta) = output_config(Some(&Value::Object(wrapped)))
+            .map_err(|e| ApiError::invalid("output_format", e.message))?;
+        if response_format.is_some() {
+            return Err(ApiError::invalid(
+                "output_format",
+                "give either output_config.format or output_format, not both",
+            ));
+        }
+        response_format = beta;
+    }
     if let (Thinking::On(_), Some(e)) = (thinking, effort) {
         thinking = Thinking::On(e);
     }
@@ -205,11 +223,20 @@ fn render(o: &Object, tok: &Tokenizer, lim: &Limits) -> Result<Rendered, ApiErro
             .map_err(|e| chat_err(&e))?
             .len()
     };
+    let constraints = super::constraint::reply_constraints(
+        &req,
+        on && !partial,
+        partial,
+        tok,
+        &lim.vocabulary,
+        &super::constraint::MESSAGES,
+    )?;
     Ok(Rendered {
         ids,
         stub,
         thinking: on && !partial,
         budget,
+        constraints,
     })
 }
 

@@ -244,6 +244,7 @@ mod tests {
                 seed: 0,
             },
             sign_key: b"k".to_vec(),
+            vocabulary: Default::default(),
         }
     }
 
