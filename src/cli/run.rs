@@ -97,7 +97,7 @@ usage: k3 <model_dir> [options]   (also: k3 run <model_dir> [options])
   --stop-id ID         extra end id (repeatable); [EOS] and <|end_of_msg|> always end
   --stop TEXT          stop when the generated text contains TEXT (repeatable; not printed)
   --json-schema FILE   the generated text is one JSON value of this schema, then an end id
-                       (docs/structured-output.md); with --batch, every line's
+                       (docs/cli.md#structured-output); with --batch, every line's
   --ctx N              positions the sequence may reach (default: prompt + gen)
   --batch FILE         JSON lines {\"prompt\": TEXT} or {\"ids\": [...]} (+ gen, temperature, top_k,
                        top_p, min_p, seed, stop): one JSON line out per input, in input order

@@ -44,7 +44,7 @@ pub(crate) fn read(path: &Path) -> Result<SchemaFile> {
             format!(" (keyword `{}`)", e.keyword)
         };
         Error::invalid(format!(
-            "{p}: --json-schema: {e}{kw}; docs/structured-output.md lists what k3 enforces"
+            "{p}: --json-schema: {e}{kw}"
         ))
     })?;
     Ok(SchemaFile {

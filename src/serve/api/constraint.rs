@@ -71,10 +71,7 @@ fn refused(field: &str, e: &SchemaError) -> ApiError {
     };
     ApiError::invalid(
         &at,
-        format!(
-            "{kw}{} (docs/structured-output.md lists what k3 enforces)",
-            e.message
-        ),
+        format!("{kw}{}", e.message),
     )
 }
 

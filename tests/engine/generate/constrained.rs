@@ -179,3 +179,123 @@ fn replayed_constraints_continue_and_refuse_foreign_ids() {
     assert!(e.message.contains("generated id 1 (2)"), "{}", e.message);
     assert!(!s.constraints_complete());
 }
+
+// ---- `k3 run --json-schema` end to end on tests/fixtures/tiny-k3-text ----
+
+use crate::support::{fixture, run_k3, scratch_dir};
+
+/// A schema of every kind at once: nested object, bounded array, enum, anyOf, bounded
+/// integer and number, maxLength string, a `$ref` recursion.
+const SCHEMA: &str = r##"{"$defs": {"node": {"type": "object", "additionalProperties": false,
+  "properties": {"v": {"type": "integer", "minimum": 0, "maximum": 9},
+                 "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}},
+  "required": ["v", "kids"]}},
+ "type": "object", "additionalProperties": false,
+ "properties": {"name": {"type": "string", "maxLength": 6},
+                "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "minItems": 1, "maxItems": 3},
+                "x": {"anyOf": [{"type": "number", "minimum": -2, "maximum": 3.5}, {"type": "null"}]},
+                "tree": {"$ref": "#/$defs/node"}},
+ "required": ["name", "tags", "x", "tree"]}"##;
+
+fn text_model() -> String {
+    fixture("tiny-k3-text").to_str().unwrap().to_string()
+}
+
+/// (stdout, report) of a successful run.
+fn run_ok(args: &[&str], name: &str) -> (String, serde_json::Value) {
+    let dir = scratch_dir(&format!("constrained-{name}"));
+    let out = dir.join("o.json");
+    let mut a: Vec<&str> = args.to_vec();
+    a.extend(["--out", out.to_str().unwrap(), "--no-progress"]);
+    let o = run_k3(&a);
+    let se = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "k3 {a:?} failed:\n{se}");
+    let rep = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    (String::from_utf8_lossy(&o.stdout).to_string(), rep)
+}
+
+/// The generated text parses as JSON and has the schema's shape (the Python test validates
+/// with the `jsonschema` package; this checks the keys and bounds by hand).
+fn check_shape(text: &str) {
+    let v: serde_json::Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let o = v.as_object().unwrap();
+    assert!(o["name"].as_str().unwrap().chars().count() <= 6, "{text}");
+    let tags = o["tags"].as_array().unwrap();
+    assert!((1..=3).contains(&tags.len()), "{text}");
+    assert!(tags.iter().all(|t| ["a", "b", "c"].contains(&t.as_str().unwrap())));
+    assert!(o["x"].is_null() || (-2.0..=3.5).contains(&o["x"].as_f64().unwrap()), "{text}");
+    fn node(n: &serde_json::Value) {
+        assert!(n["v"].as_u64().unwrap() <= 9);
+        let k = n["kids"].as_array().unwrap();
+        assert!(k.len() <= 2);
+        k.iter().for_each(node);
+    }
+    node(&o["tree"]);
+    assert_eq!(o.len(), 4, "{text}");
+    assert!(!text.contains(['\n', '\t']), "no whitespace: {text}");
+}
+
+#[test]
+fn run_json_schema_is_valid_and_the_same_under_spec_batch_and_resume() {
+    let m = text_model();
+    let dir = scratch_dir("constrained-run");
+    let schema = dir.join("schema.json");
+    std::fs::write(&schema, SCHEMA).unwrap();
+    let s = schema.to_str().unwrap();
+    let settings: [&[&str]; 2] = [&[], &["--temperature", "0.9", "--top-p", "0.95", "--seed", "7"]];
+    for (i, smp) in settings.iter().enumerate() {
+        let mut a = vec![m.as_str(), "--prompt", "JSON please:", "--gen", "300", "--json-schema", s];
+        a.extend_from_slice(smp);
+        let (text, rep) = run_ok(&a, &format!("plain-{i}"));
+        assert_eq!(rep["stop_reason"], "end_of_turn", "{rep}");
+        check_shape(&text);
+        // speculation: the same ids and logits hash
+        let mut b = a.clone();
+        b.extend(["--spec", "4"]);
+        let (t2, r2) = run_ok(&b, &format!("spec-{i}"));
+        assert_eq!((t2, &r2["generated_ids"], &r2["logits_hash"]), (text.clone(), &rep["generated_ids"], &rep["logits_hash"]));
+        // resume: 20 ids, saved, then the rest from the state
+        let st = dir.join(format!("s{i}.state"));
+        let mut c: Vec<&str> = a.clone();
+        c[4] = "20";
+        c.extend(["--save-state", st.to_str().unwrap()]);
+        let (_, r1) = run_ok(&c, &format!("head-{i}"));
+        let mut d = vec![m.as_str(), "--load-state", st.to_str().unwrap(), "--gen", "280", "--json-schema", s];
+        d.extend_from_slice(smp);
+        let (_, r3) = run_ok(&d, &format!("tail-{i}"));
+        let mut ids = r1["generated_ids"].as_array().unwrap().clone();
+        ids.extend(r3["generated_ids"].as_array().unwrap().iter().cloned());
+        assert_eq!(serde_json::Value::Array(ids), rep["generated_ids"], "resumed");
+        assert_eq!(r3["stop_reason"], "end_of_turn");
+    }
+    // a batch of the two settings, two at a time: each line as alone
+    let batch = dir.join("b.jsonl");
+    std::fs::write(&batch, "{\"prompt\": \"JSON please:\", \"gen\": 300}\n{\"prompt\": \"JSON please:\", \"gen\": 300, \"temperature\": 0.9, \"top_p\": 0.95, \"seed\": 7}\n").unwrap();
+    let (out, _) = run_ok(&[m.as_str(), "--batch", batch.to_str().unwrap(), "--parallel", "2", "--json-schema", s], "batch");
+    for (i, line) in out.lines().enumerate() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let mut a = vec![m.as_str(), "--prompt", "JSON please:", "--gen", "300", "--json-schema", s];
+        a.extend_from_slice(settings[i]);
+        let (text, rep) = run_ok(&a, &format!("alone-{i}"));
+        assert_eq!(v["generated_ids"], rep["generated_ids"], "line {i}");
+        assert_eq!(v["generated_text"].as_str().unwrap(), text);
+    }
+}
+
+#[test]
+fn a_schema_the_engine_cannot_enforce_is_exit_2_naming_file_and_keyword() {
+    let m = text_model();
+    let dir = scratch_dir("constrained-bad");
+    for (body, word) in [
+        (r#"{"type": "object", "properties": {"a": {"type": "frobnicate"}}}"#, "type"),
+        (r##"{"$ref": "#/$defs/none"}"##, "$ref"),
+        ("[1, 2", "invalid JSON"),
+    ] {
+        let p = dir.join("s.json");
+        std::fs::write(&p, body).unwrap();
+        let o = run_k3(&[m.as_str(), "--prompt", "x", "--json-schema", p.to_str().unwrap()]);
+        let se = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{se}");
+        assert!(se.contains(p.to_str().unwrap()) && se.contains(word), "{word}: {se}");
+    }
+}
