@@ -4,13 +4,16 @@
 //! Choice: the distance of a state is the fewest *symbols* (bytes, or special ids) that
 //! complete it — a sum over the stack of each node's distance to its rule's end
 //! (`Grammar::dist`). Every byte is a token of the byte-level vocabulary, so a state at
-//! distance D always closes within D ids. Once the ids the request may still generate
-//! (`remaining`) are at most D, the mask admits only the ids whose every byte (or whose
-//! special id) lies on a shortest completion: each such id shortens the distance by its
-//! length, so the output closes within the budget when `remaining == D` at the switch, and
-//! multi-byte tokens along the shortest path (e.g. `"}` or `false`) are still admitted. The
-//! result never depends on logits, so it is as deterministic as any other mask. With less
-//! budget than D the same rule still runs, and the reply ends with `length`.
+//! distance D always closes within D ids. With R ids left (`remaining`), the mask admits only
+//! the ids after which the distance is at most max(R, D) − 1. While the budget is ample this
+//! removes nothing (the cached mask is used as is whenever no admitted id leads farther than
+//! R − 1); near the end it removes exactly the ids that would open more than the budget can
+//! close (a new call, a longer number, another array item), and once R = D only ids on a
+//! shortest completion remain — each shortens the distance by its length, so the output
+//! closes within the budget whenever the budget was at least the distance at any point.
+//! With less budget than that from the start, the shortest completion is still followed and
+//! the reply ends with `length`. The rule never looks at logits, so it is as deterministic
+//! as any other mask.
 
 use super::grammar::{Grammar, FAR};
 use super::pda::Level;
@@ -29,17 +32,12 @@ pub(crate) fn dist(g: &Grammar, l: &Level) -> u32 {
     best
 }
 
-/// Keeps in `l` only what lies at distance exactly `want` (a shortest path's next state).
-pub(crate) fn keep_at(g: &Grammar, l: &mut Level, want: u32) {
-    if l.complete && want != 0 {
-        l.complete = false;
-    }
-    l.retain(|s| stack_dist(g, s) == want);
-}
-
-/// Whether steering applies: the remaining budget no longer exceeds the distance.
-pub(crate) fn steering(remaining: Option<usize>, d: u32) -> bool {
-    matches!(remaining, Some(r) if d != FAR && r <= d as usize)
+/// The distance limit after the next id with `remaining` ids left at distance `d`
+/// (`None`: unbounded, no limit).
+pub(crate) fn limit(remaining: Option<usize>, d: u32) -> Option<u32> {
+    let r = remaining?;
+    let r = u32::try_from(r).unwrap_or(u32::MAX);
+    Some(r.max(d).saturating_sub(1))
 }
 
 #[cfg(test)]
@@ -69,6 +67,8 @@ mod tests {
             std::mem::swap(&mut l, &mut n);
         }
         assert_eq!(dist(&g, &l), 4); // x]]]
-        assert!(steering(Some(4), 4) && !steering(Some(5), 4) && !steering(None, 4));
+        assert_eq!(limit(Some(10), 4), Some(9));
+        assert_eq!(limit(Some(2), 4), Some(3));
+        assert_eq!(limit(None, 4), None);
     }
 }

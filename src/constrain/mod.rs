@@ -70,9 +70,9 @@ impl std::error::Error for Rejected {}
 /// and speculation computes the same one.
 pub trait Constraint: Send + Sync + std::fmt::Debug {
     /// Writes into `mask` (cleared first) the ids that may come next. `remaining` is how many
-    /// more ids the request may generate (None: unbounded); once it is at most the fewest
-    /// symbols that close the output, only the ids on a shortest closing path are admitted
-    /// (issue 25 item 4; `closing.rs` says exactly what). Admits nothing only when complete.
+    /// more ids the request may generate (None: unbounded); near the end of that budget only
+    /// the ids after which the output can still close in time are admitted (issue 25 item 4;
+    /// `closing.rs` says exactly what). Admits nothing only when complete.
     fn mask(&mut self, remaining: Option<usize>, mask: &mut Mask);
     /// Advances past `id`. Err names why when the id cannot continue the output (the caller
     /// then treats it as a rejected draft or an internal error); the state is then unchanged.
@@ -91,7 +91,7 @@ const CACHE_ENTRIES: usize = 1024;
 struct Shared {
     g: Grammar,
     vocab: Arc<Vocabulary>,
-    cache: Mutex<HashMap<Vec<u32>, Arc<Mask>>>,
+    cache: Mutex<HashMap<Vec<u32>, (Arc<Mask>, u32)>>,
 }
 
 /// A [`Constraint`] running a grammar over the vocabulary.
@@ -135,22 +135,29 @@ impl Matcher {
 impl Constraint for Matcher {
     fn mask(&mut self, remaining: Option<usize>, mask: &mut Mask) {
         let sh = &*self.shared;
-        let d = closing::dist(&sh.g, &self.state);
-        let steer = closing::steering(remaining, d);
-        let mut key = self.state.key();
-        if steer {
-            key.push(u32::MAX);
+        let limit = closing::limit(remaining, closing::dist(&sh.g, &self.state));
+        let key = self.state.key();
+        let cached = sh.cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned();
+        let (m, d_max) = match cached {
+            Some(c) => c,
+            None => {
+                let d_max = self.walker.walk(&sh.g, &sh.vocab, &self.state, None, mask);
+                let m = Arc::new(mask.clone());
+                let mut cache = sh.cache.lock().unwrap_or_else(|p| p.into_inner());
+                if cache.len() >= CACHE_ENTRIES {
+                    cache.clear();
+                }
+                cache.insert(key, (m.clone(), d_max));
+                (m, d_max)
+            }
+        };
+        match limit {
+            // Near the end of the budget: the walk again, keeping only what can still close.
+            Some(l) if d_max > l => {
+                self.walker.walk(&sh.g, &sh.vocab, &self.state, Some(l), mask);
+            }
+            _ => mask.copy_from(&m),
         }
-        if let Some(m) = sh.cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
-            mask.copy_from(m);
-            return;
-        }
-        self.walker.walk(&sh.g, &sh.vocab, &self.state, steer.then_some(d), mask);
-        let mut cache = sh.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if cache.len() >= CACHE_ENTRIES {
-            cache.clear();
-        }
-        cache.insert(key, Arc::new(mask.clone()));
     }
 
     fn accept(&mut self, id: u32) -> Result<(), Rejected> {
@@ -204,3 +211,6 @@ pub fn reply(spec: &ReplySpec, vocab: Arc<Vocabulary>, specials: &Specials) -> R
 pub fn plain(schema: Arc<Schema>, vocab: Arc<Vocabulary>, end_ids: &[u32]) -> Box<dyn Constraint> {
     Box::new(Matcher::new(schema.plain_grammar(end_ids), vocab))
 }
+
+#[cfg(test)]
+mod tests;

@@ -55,20 +55,6 @@ impl Level {
         }
     }
 
-    /// Keeps the stacks for which `keep` holds.
-    pub fn retain(&mut self, mut keep: impl FnMut(&[u32]) -> bool) {
-        let mut data = Vec::with_capacity(self.data.len());
-        let mut ends = Vec::with_capacity(self.ends.len());
-        for s in self.stacks() {
-            if keep(s) {
-                data.extend_from_slice(s);
-                ends.push(data.len() as u32);
-            }
-        }
-        self.data = data;
-        self.ends = ends;
-    }
-
     /// A canonical key of the state (the stacks sorted), for the mask cache.
     pub fn key(&self) -> Vec<u32> {
         let mut stacks: Vec<&[u32]> = self.stacks().collect();

@@ -16,13 +16,14 @@ pub(crate) struct Walker {
 }
 
 impl Walker {
-    /// Sets in `mask` every id that may follow `state` (`mask` is cleared first). With
-    /// `closing = Some(d)` (d the state's distance), only the ids on a shortest completion
-    /// (closing.rs).
-    pub(crate) fn walk(&mut self, g: &Grammar, v: &Vocabulary, state: &Level, closing: Option<u32>, mask: &mut Mask) {
+    /// Sets in `mask` every id that may follow `state` (`mask` is cleared first); with
+    /// `limit = Some(l)`, only the ids after which the closing distance is at most `l`
+    /// (closing.rs). Returns the largest closing distance after an admitted id.
+    pub(crate) fn walk(&mut self, g: &Grammar, v: &Vocabulary, state: &Level, limit: Option<u32>, mask: &mut Mask) -> u32 {
         mask.clear();
+        let mut d_max = 0u32;
         if !state.has_stacks() {
-            return;
+            return d_max;
         }
         // Special ids: one symbol each.
         for s in state.stacks() {
@@ -33,11 +34,12 @@ impl Walker {
                         continue;
                     }
                     pda::step_special(g, state, id, &mut self.tmp, &mut self.sc);
-                    if let Some(d) = closing {
-                        closing::keep_at(g, &mut self.tmp, d.saturating_sub(1));
-                    }
                     if !self.tmp.is_dead() {
-                        mask.set(id);
+                        let dd = closing::dist(g, &self.tmp);
+                        if limit.is_none_or(|l| dd <= l) {
+                            mask.set(id);
+                            d_max = d_max.max(dd);
+                        }
                     }
                 }
             }
@@ -55,22 +57,16 @@ impl Walker {
             let (lo, hi) = self.levels.split_at_mut(d);
             let out = &mut hi[0];
             pda::step_byte(g, &lo[d - 1], n.byte, out, &mut self.sc);
-            if let Some(d0) = closing {
-                if (d0 as usize) < d {
-                    out.clear();
-                } else {
-                    closing::keep_at(g, out, d0 - d as u32);
+            if n.id != NO_ID && !out.is_dead() {
+                let dd = closing::dist(g, out);
+                if limit.is_none_or(|l| dd <= l) {
+                    mask.set(n.id);
+                    d_max = d_max.max(dd);
                 }
             }
             if !out.has_stacks() {
-                if out.complete && n.id != NO_ID {
-                    mask.set(n.id);
-                }
                 i = n.end as usize;
                 continue;
-            }
-            if n.id != NO_ID {
-                mask.set(n.id);
             }
             i += 1;
         }
@@ -79,5 +75,6 @@ impl Walker {
                 mask.set(b);
             }
         }
+        d_max
     }
 }
