@@ -488,6 +488,9 @@ fn execute(
         return batch::run(&mut sess, items, req.parallel, rep);
     }
     out.stop_text = !req.stop_texts.is_empty();
+    if req.json_schema.is_some() {
+        out.hide_ids = inp.tok.as_ref().map_or_else(Vec::new, |t| t.end_of_turn_ids());
+    }
     out.show(req.verbose, show, req.gen);
     let opts = DecodeOptions {
         all_rows: want_all,

@@ -13,7 +13,7 @@
 //! with the command, machine and load at the top.
 
 use k3::config::Config;
-use k3::constrain::{self, Constraint, JsonStyle, Mask, Schema, Vocabulary};
+use k3::constrain::{self, JsonStyle, Mask, Schema, Vocabulary};
 use k3::generate::sample::SamplerSettings;
 use k3::generate::session::{SequenceOptions, Session};
 use k3::generate::stop::StopRules;
@@ -61,7 +61,7 @@ fn run() -> Result<(), String> {
     let (mut gen, mut reps, mut threads, mut out) = (64usize, 3usize, 2usize, None);
     let mut it = args.iter();
     while let Some(a) = it.next() {
-        let mut num = |v: Option<&String>| -> Result<usize, String> {
+        let num = |v: Option<&String>| -> Result<usize, String> {
             v.and_then(|v| v.parse().ok()).ok_or(format!("{a}: expected a whole number"))
         };
         match a.as_str() {
