@@ -24,6 +24,13 @@ fn check(e: &api::ApiError) {
     assert!(err.get("message").and_then(|t| t.as_str()).is_some());
 }
 
+/// One vocabulary of structured output for every input (built on the first that asks).
+fn vocab_cell() -> k3::serve::api::constraint::VocabCell {
+    static CELL: std::sync::OnceLock<k3::serve::api::constraint::VocabCell> =
+        std::sync::OnceLock::new();
+    CELL.get_or_init(Default::default).clone()
+}
+
 fuzz_target!(|data: &[u8]| {
     let tok = tokenizer();
     let lim = Limits {
@@ -33,6 +40,7 @@ fuzz_target!(|data: &[u8]| {
         defaults: k3::generate::defaults::chat_defaults(std::path::Path::new("/nonexistent"))
             .expect("the fixed defaults"),
         sign_key: b"fuzz".to_vec(),
+        vocabulary: vocab_cell(),
     };
     let o = match api::parse_body(data) {
         Ok(o) => o,

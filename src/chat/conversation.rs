@@ -340,12 +340,12 @@ impl Conversation {
         let spec = super::structured::reply_spec(&self.req, thinking)
             .map_err(|r| Error::invalid(format!("structured output: {r:?}")))?;
         let list = match spec {
-            Some(spec) if !partial => vec![crate::constrain::reply(
-                &spec,
-                st.vocab.clone(),
-                &st.specials,
-            )
-            .map_err(|e| Error::invalid(format!("structured output: {e}")))?],
+            Some(spec) if !partial => {
+                vec![
+                    crate::constrain::reply(&spec, st.vocab.clone(), &st.specials)
+                        .map_err(|e| Error::invalid(format!("structured output: {e}")))?,
+                ]
+            }
             _ => Vec::new(),
         };
         seq.set_constraints(list);

@@ -47,7 +47,8 @@ pub fn reply_spec(req: &Request, thinking: bool) -> Result<Option<ReplySpec>, Re
                 .filter(|p| !p.is_null())
                 .cloned()
                 .unwrap_or_else(|| Value::Object(Object::new().with("type", "object")));
-            let s = Schema::compile(&params, JsonStyle::Template).map_err(|e| Refused::Tool(i, e))?;
+            let s =
+                Schema::compile(&params, JsonStyle::Template).map_err(|e| Refused::Tool(i, e))?;
             tools.push((name.to_string(), Arc::new(s)));
         }
     }

@@ -489,7 +489,10 @@ fn execute(
     }
     out.stop_text = !req.stop_texts.is_empty();
     if req.json_schema.is_some() {
-        out.hide_ids = inp.tok.as_ref().map_or_else(Vec::new, |t| t.end_of_turn_ids());
+        out.hide_ids = inp
+            .tok
+            .as_ref()
+            .map_or_else(Vec::new, |t| t.end_of_turn_ids());
     }
     out.show(req.verbose, show, req.gen);
     let opts = DecodeOptions {

@@ -130,7 +130,11 @@ mod tests {
             budget: 3,
             close: vec![9, 1, 8],
         };
-        for ids in [vec![5, 5, 5, 9, 1, 8, 4], vec![5, 9, 7, 7, 7, 7], vec![9, 9, 9]] {
+        for ids in [
+            vec![5, 5, 5, 9, 1, 8, 4],
+            vec![5, 9, 7, 7, 7, 7],
+            vec![9, 9, 9],
+        ] {
             let mut c = BudgetConstraint::new(b.clone());
             let mut m = Mask::new(10);
             for k in 0..=ids.len() {

@@ -395,7 +395,8 @@ impl Sampler {
     /// candidate order.
     fn masked_candidates(&mut self, z: &[f32], top_k: u64, m: &Mask) {
         self.cand.clear();
-        self.cand.extend(m.iter().filter(|&id| (id as usize) < z.len()));
+        self.cand
+            .extend(m.iter().filter(|&id| (id as usize) < z.len()));
         let v = self.cand.len();
         let k = if top_k == 0 {
             v
@@ -534,28 +535,49 @@ mod tests {
         let g = SamplerSettings::greedy();
         let z = [1.0f32, 3.0, 3.0, 2.0, 2.0];
         let mut sm = Sampler::new();
-        assert_eq!(sm.choose_masked(&z, &g, 0, Some(&mask_of(5, &[2, 3]))), Some(2));
-        assert_eq!(sm.choose_masked(&z, &g, 0, Some(&mask_of(5, &[0, 4, 3]))), Some(3));
-        assert_eq!(sm.choose_masked(&z, &g, 0, Some(&mask_of(5, &[0]))), Some(0));
+        assert_eq!(
+            sm.choose_masked(&z, &g, 0, Some(&mask_of(5, &[2, 3]))),
+            Some(2)
+        );
+        assert_eq!(
+            sm.choose_masked(&z, &g, 0, Some(&mask_of(5, &[0, 4, 3]))),
+            Some(3)
+        );
+        assert_eq!(
+            sm.choose_masked(&z, &g, 0, Some(&mask_of(5, &[0]))),
+            Some(0)
+        );
         assert_eq!(sm.choose_masked(&z, &g, 0, Some(&mask_of(5, &[]))), None);
-        assert_eq!(sm.choose_masked(&[0.0, -0.0], &g, 0, Some(&mask_of(2, &[0, 1]))), Some(0));
-        assert_eq!(sm.choose_masked(&[-0.0, 0.0], &g, 0, Some(&mask_of(2, &[1, 0]))), Some(0));
+        assert_eq!(
+            sm.choose_masked(&[0.0, -0.0], &g, 0, Some(&mask_of(2, &[0, 1]))),
+            Some(0)
+        );
+        assert_eq!(
+            sm.choose_masked(&[-0.0, 0.0], &g, 0, Some(&mask_of(2, &[1, 0]))),
+            Some(0)
+        );
     }
 
     /// A mask that admits every id draws what the unmasked sampler draws; a mask draws only
     /// admitted ids, and the same as the sampler over the admitted logits alone.
     #[test]
     fn masked_draws_match_the_sampler_over_the_admitted_ids() {
-        let z: Vec<f32> = (0..40).map(|i| ((i * 17) % 13) as f32 * 0.3 - 1.0).collect();
+        let z: Vec<f32> = (0..40)
+            .map(|i| ((i * 17) % 13) as f32 * 0.3 - 1.0)
+            .collect();
         let all = mask_of(40, &(0..40).collect::<Vec<_>>());
         let some: Vec<u32> = (0..40).filter(|i| i % 3 != 1).collect();
         let sub = mask_of(40, &some);
         let zs: Vec<f32> = some.iter().map(|&i| z[i as usize]).collect();
         let mut sm = Sampler::new();
-        for (n, s) in [st(0.8, 0, 0.9, 0.0, 3), st(1.3, 5, 1.0, 0.05, 9), st(0.5, 0, 1.0, 0.0, 1)]
-            .iter()
-            .enumerate()
-            .flat_map(|(j, s)| (0..30u64).map(move |n| (n + 100 * j as u64, *s)))
+        for (n, s) in [
+            st(0.8, 0, 0.9, 0.0, 3),
+            st(1.3, 5, 1.0, 0.05, 9),
+            st(0.5, 0, 1.0, 0.0, 1),
+        ]
+        .iter()
+        .enumerate()
+        .flat_map(|(j, s)| (0..30u64).map(move |n| (n + 100 * j as u64, *s)))
         {
             assert_eq!(sm.choose_masked(&z, &s, n, Some(&all)), sample(&z, &s, n));
             let got = sm.choose_masked(&z, &s, n, Some(&sub)).unwrap();

@@ -304,7 +304,10 @@ impl Sequence {
     /// positions left in `--ctx` (a constraint closes its output in time by it).
     pub fn remaining(&self) -> usize {
         let len = self.ids.len() as u64;
-        let gen = self.rules.gen().saturating_sub((self.ids.len() - self.prompt_len) as u64);
+        let gen = self
+            .rules
+            .gen()
+            .saturating_sub((self.ids.len() - self.prompt_len) as u64);
         let ctx = self.rules.ctx().saturating_sub(len);
         gen.min(ctx).min(usize::MAX as u64) as usize
     }

@@ -62,7 +62,8 @@ fn run() -> Result<(), String> {
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let num = |v: Option<&String>| -> Result<usize, String> {
-            v.and_then(|v| v.parse().ok()).ok_or(format!("{a}: expected a whole number"))
+            v.and_then(|v| v.parse().ok())
+                .ok_or(format!("{a}: expected a whole number"))
         };
         match a.as_str() {
             "--gen" => gen = num(it.next())?,
@@ -90,22 +91,34 @@ fn run() -> Result<(), String> {
     let end = tok.end_of_turn_ids();
     let opts = || SequenceOptions {
         settings: SamplerSettings::greedy(),
-        rules: StopRules::new(end.clone(), vec![], vec![], gen as u64, (prompt.len() + gen) as u64, d.v)
-            .expect("rules"),
+        rules: StopRules::new(
+            end.clone(),
+            vec![],
+            vec![],
+            gen as u64,
+            (prompt.len() + gen) as u64,
+            d.v,
+        )
+        .expect("rules"),
         all_rows: false,
     };
     let mut rows = String::new();
     for (name, text) in SCHEMAS {
         let schema = Arc::new(
-            Schema::compile(&k3::json::parse(text.as_bytes()).map_err(|e| e.expected)?, JsonStyle::Compact)
-                .map_err(|e| e.to_string())?,
+            Schema::compile(
+                &k3::json::parse(text.as_bytes()).map_err(|e| e.expected)?,
+                JsonStyle::Compact,
+            )
+            .map_err(|e| e.to_string())?,
         );
         let (mut plain_s, mut masked_s, mut walk_s) = (Vec::new(), Vec::new(), Vec::new());
         let mut steps = 0;
         for _ in 0..reps {
             // masked
             let c = constrain::plain(schema.clone(), vocab.clone(), &end);
-            let mut s = sess.sequence(&prompt, prompt.len() + gen, opts()).map_err(e)?;
+            let mut s = sess
+                .sequence(&prompt, prompt.len() + gen, opts())
+                .map_err(e)?;
             s.set_constraints(vec![c]);
             sess.prefill(&mut s, None, &mut |_| Ok(())).map_err(e)?;
             while s.active() {
@@ -125,7 +138,9 @@ fn run() -> Result<(), String> {
                 c.accept(id).map_err(|r| r.to_string())?;
             }
             // unmasked, the same number of steps
-            let mut s = sess.sequence(&prompt, prompt.len() + gen, opts()).map_err(e)?;
+            let mut s = sess
+                .sequence(&prompt, prompt.len() + gen, opts())
+                .map_err(e)?;
             sess.prefill(&mut s, None, &mut |_| Ok(())).map_err(e)?;
             for _ in 0..steps {
                 if !s.active() {
@@ -136,7 +151,11 @@ fn run() -> Result<(), String> {
                 plain_s.push(t.elapsed().as_secs_f64());
             }
         }
-        let (p, m, w) = (median(&mut plain_s), median(&mut masked_s), median(&mut walk_s));
+        let (p, m, w) = (
+            median(&mut plain_s),
+            median(&mut masked_s),
+            median(&mut walk_s),
+        );
         let _ = writeln!(
             rows,
             "{name}\t{steps}\t{p:.6}\t{m:.6}\t{:.3}\t{w:.6}\t{:.3}",
@@ -155,7 +174,10 @@ fn run() -> Result<(), String> {
     }
     head.push_str("schema\tsteps\tunmasked_step_s\tmasked_step_s\tmasked_over_unmasked\tmask_walk_s\twalk_over_unmasked\n");
     let path = out.unwrap_or_else(|| {
-        format!("bench/results/constrain-step-{}.tsv", k3_bench::machine::utc_now()[..10].replace('-', ""))
+        format!(
+            "bench/results/constrain-step-{}.tsv",
+            k3_bench::machine::utc_now()[..10].replace('-', "")
+        )
     });
     std::fs::write(&path, head + &rows).map_err(|e| format!("{path}: {e}"))?;
     eprintln!("written {path}");

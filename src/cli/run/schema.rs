@@ -28,9 +28,8 @@ pub(crate) struct SchemaFile {
 /// cannot enforce — each naming the file (and the keyword by its path in the schema).
 pub(crate) fn read(path: &Path) -> Result<SchemaFile> {
     let p = path.display();
-    let bytes = std::fs::read(path).map_err(|e| {
-        Error::invalid(format!("{p}: cannot read the --json-schema file: {e}"))
-    })?;
+    let bytes = std::fs::read(path)
+        .map_err(|e| Error::invalid(format!("{p}: cannot read the --json-schema file: {e}")))?;
     let json = crate::json::parse(&bytes).map_err(|e| {
         Error::invalid(format!(
             "{p}: --json-schema: invalid JSON at byte {}: {}",
@@ -43,9 +42,7 @@ pub(crate) fn read(path: &Path) -> Result<SchemaFile> {
         } else {
             format!(" (keyword `{}`)", e.keyword)
         };
-        Error::invalid(format!(
-            "{p}: --json-schema: {e}{kw}"
-        ))
+        Error::invalid(format!("{p}: --json-schema: {e}{kw}"))
     })?;
     Ok(SchemaFile {
         path: path.to_path_buf(),

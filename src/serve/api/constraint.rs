@@ -22,14 +22,24 @@ pub struct VocabCell(Arc<OnceLock<Arc<Vocabulary>>>);
 
 impl std::fmt::Debug for VocabCell {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "VocabCell({})", if self.0.get().is_some() { "built" } else { "empty" })
+        write!(
+            f,
+            "VocabCell({})",
+            if self.0.get().is_some() {
+                "built"
+            } else {
+                "empty"
+            }
+        )
     }
 }
 
 impl VocabCell {
     /// The vocabulary of `tok` (built once).
     pub fn get(&self, tok: &Tokenizer) -> Arc<Vocabulary> {
-        self.0.get_or_init(|| Arc::new(Vocabulary::new(tok))).clone()
+        self.0
+            .get_or_init(|| Arc::new(Vocabulary::new(tok)))
+            .clone()
     }
 }
 
@@ -69,10 +79,7 @@ fn refused(field: &str, e: &SchemaError) -> ApiError {
     } else {
         format!("keyword `{}`: ", e.keyword)
     };
-    ApiError::invalid(
-        &at,
-        format!("{kw}{}", e.message),
-    )
+    ApiError::invalid(&at, format!("{kw}{}", e.message))
 }
 
 /// The constraints of the reply to `req` (none when it asks for no JSON and declares no

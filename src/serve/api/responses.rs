@@ -230,14 +230,21 @@ fn text_format(v: Option<&Value>) -> Result<Option<ResponseFormat>, ApiError> {
             Ok(Some(ResponseFormat::JsonObject))
         }
         "json_schema" => {
-            known_keys(f, &["schema", "name", "strict", "description"], "text.format")?;
+            known_keys(
+                f,
+                &["schema", "name", "strict", "description"],
+                "text.format",
+            )?;
             if let Some(v) = get(f, "strict").filter(|v| v.as_bool().is_none()) {
                 return Err(type_err("text.format.strict", "a boolean", v));
             }
             match get(f, "schema") {
                 Some(s @ Value::Object(_)) => Ok(Some(ResponseFormat::JsonSchema(s.clone()))),
                 Some(v) => Err(type_err("text.format.schema", "an object", v)),
-                None => Err(ApiError::invalid("text.format.schema", "missing (required)")),
+                None => Err(ApiError::invalid(
+                    "text.format.schema",
+                    "missing (required)",
+                )),
             }
         }
         other => Err(ApiError::invalid(
