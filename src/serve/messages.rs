@@ -384,7 +384,7 @@ fn generate(
         events: tx,
         ids: j.ids,
         think_budget: j.think_budget.map(Box::new),
-        constraints: j.params.constraints,
+        constraints: Box::new(j.params.constraints),
     };
     if server.queue.submit(job).is_err() {
         let e = ApiError::other(

@@ -149,7 +149,7 @@ fn generate(
         events: tx,
         ids,
         think_budget: None,
-        constraints: params.constraints.clone(),
+        constraints: Box::new(params.constraints.clone()),
     };
     if server.queue.submit(job).is_err() {
         let e = ApiError::other(

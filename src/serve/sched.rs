@@ -43,7 +43,7 @@ pub struct Job {
     pub think_budget: Option<Box<ThinkBudget>>,
     /// The reply's constraints (ENGINE.md §8: `response_format`, tools per `tool_choice`),
     /// composed with the budget's.
-    pub constraints: Constraints,
+    pub constraints: Box<Constraints>,
 }
 
 /// What a job's handler is told, in order: `Started`, `Progress`…, `Token`…, then `Done` or

@@ -368,7 +368,7 @@ fn a_schema_the_engine_cannot_enforce_is_exit_2_naming_file_and_keyword() {
     ] {
         let p = dir.join("s.json");
         std::fs::write(&p, body).unwrap();
-        let o = run_k3(&[
+        let o = run_k3([
             m.as_str(),
             "--prompt",
             "x",
