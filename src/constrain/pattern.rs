@@ -449,3 +449,52 @@ fn class(b: &mut Builder, cl: &Class, from: u32, to: u32, raw: bool) {
         utf8_multibyte(b, from, to);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::grammar::Builder;
+    use super::super::pda::accepts;
+    use super::*;
+
+    fn m(pat: &str, raw: bool, text: &str) -> bool {
+        let mut b = Builder::new();
+        let (s, e) = b.rule();
+        compile(&mut b, pat, s, e, raw).unwrap();
+        accepts(&b.finish(s).unwrap(), text.as_bytes())
+    }
+
+    #[test]
+    fn anchored_subset() {
+        assert!(m("^[a-z]{2,4}-[0-9]+$", true, "abc-12"));
+        assert!(!m("^[a-z]{2,4}-[0-9]+$", true, "a-12"));
+        assert!(!m("^[a-z]{2,4}-[0-9]+$", true, "abcde-1"));
+        assert!(m("^(yes|no)$", true, "no") && !m("^(yes|no)$", true, "yesno"));
+        assert!(m("^\\d{3}(\\.\\d+)?$", true, "123.45") && !m("^\\d{3}(\\.\\d+)?$", true, "123."));
+        assert!(m("^[^,]*$", true, "é x") && !m("^[^,]*$", true, "a,b"));
+        assert!(m("^a.c$", true, "a😀c") && !m("^a.c$", true, "a\nc"));
+        assert!(m("^(?:ab)*$", true, "ababab") && !m("^(?:ab)*$", true, "aba"));
+        assert!(m("^\\w+@\\w+\\.com$", true, "me@x.com"));
+    }
+
+    #[test]
+    fn unanchored_sides_search() {
+        assert!(m("abc", true, "xxabcyy") && !m("abc", true, "xxabyy"));
+        assert!(m("^ab", true, "abzz") && !m("^ab", true, "zab"));
+    }
+
+    #[test]
+    fn json_strings_escape_what_they_must() {
+        // In a JSON string the pattern's characters are written escaped: `"` as `\"`.
+        assert!(m("^a\"b$", false, "a\\\"b") && !m("^a\"b$", false, "a\"b"));
+        assert!(m("^\\n$", false, "\\n"));
+    }
+
+    #[test]
+    fn refused_forms() {
+        let mut b = Builder::new();
+        let (s, e) = b.rule();
+        for bad in ["(?=a)", "a\\1", "\\bword", "a{2,1}", "[é]", "a*+", "^a|^b", "\\p{L}", "(a", "a)", "x{1001}"] {
+            assert!(compile(&mut b, bad, s, e, true).is_err(), "{bad}");
+        }
+    }
+}

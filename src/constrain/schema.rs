@@ -1197,3 +1197,125 @@ fn sig(root: &Value, s: &Value, depth: usize) -> Sig {
     }
     Sig { types, values: None, tags }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::pda::accepts;
+    use super::*;
+
+    fn compile(text: &str) -> Result<Schema, SchemaError> {
+        Schema::compile(&crate::json::parse(text.as_bytes()).unwrap(), JsonStyle::Compact)
+    }
+
+    fn admits(s: &Schema, text: &str) -> bool {
+        accepts(&s.plain_grammar(&[]), text.as_bytes())
+    }
+
+    #[test]
+    fn integer_bounds_digit_by_digit() {
+        let s = compile(r#"{"type":"integer","minimum":-20,"maximum":999}"#).unwrap();
+        for ok in ["-20", "-1", "0", "5", "99", "999", "100"] {
+            assert!(admits(&s, ok), "{ok}");
+        }
+        for bad in ["-21", "1000", "05", "-0", "1.5", "1e2", "-", ""] {
+            assert!(!admits(&s, bad), "{bad}");
+        }
+        let s = compile(r#"{"type":"integer","exclusiveMinimum":10,"exclusiveMaximum":20}"#).unwrap();
+        assert!(admits(&s, "11") && admits(&s, "19") && !admits(&s, "10") && !admits(&s, "20"));
+    }
+
+    #[test]
+    fn number_bounds_keep_fractions_inside() {
+        let s = compile(r#"{"type":"number","minimum":0,"maximum":1}"#).unwrap();
+        for ok in ["0", "0.5", "1", "0.999"] {
+            assert!(admits(&s, ok), "{ok}");
+        }
+        for bad in ["1.5", "-0.5", "2", "1.0e1"] {
+            assert!(!admits(&s, bad), "{bad}");
+        }
+        let s = compile(r#"{"type":"number","minimum":-2.5,"maximum":-1}"#).unwrap();
+        assert!(admits(&s, "-2") && admits(&s, "-1.5") && admits(&s, "-1") && !admits(&s, "-0.5") && !admits(&s, "-3"));
+        assert!(compile(r#"{"type":"integer","minimum":3,"maximum":2}"#).is_err());
+    }
+
+    #[test]
+    fn strings_count_characters_and_escapes() {
+        let s = compile(r#"{"type":"string","minLength":1,"maxLength":2}"#).unwrap();
+        for ok in ["\"a\"", "\"é\"", "\"ab\"", "\"\\n\"", "\"\\u00e9x\"", "\"😀\""] {
+            assert!(admits(&s, ok), "{ok}");
+        }
+        for bad in ["\"\"", "\"abc\"", "\"\n\"", "\"\\ud800\"", "\"\\x\"", "\"\u{7}\""] {
+            assert!(!admits(&s, bad), "{bad}");
+        }
+        // Bytes that are not well-formed UTF-8 never get in.
+        let g = s.plain_grammar(&[]);
+        assert!(!accepts(&g, b"\"\xc0\x80\""));
+        assert!(!accepts(&g, b"\"\xed\xa0\x80\""));
+    }
+
+    #[test]
+    fn objects_in_schema_order_with_optional_commas() {
+        let s = compile(
+            r#"{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"boolean"},"c":{"type":"null"}},"required":["b"]}"#,
+        )
+        .unwrap();
+        for ok in [r#"{"b":true}"#, r#"{"a":1,"b":false}"#, r#"{"b":true,"c":null}"#, r#"{"a":-3,"b":true,"c":null}"#] {
+            assert!(admits(&s, ok), "{ok}");
+        }
+        for bad in [r#"{}"#, r#"{"a":1}"#, r#"{"b":true,"a":1}"#, r#"{,"b":true}"#, r#"{"b":true,}"#, r#"{"b": true}"#] {
+            assert!(!admits(&s, bad), "{bad}");
+        }
+        let t = Schema::compile(s.source(), JsonStyle::Template).unwrap();
+        assert!(admits(&t, r#"{"a": 1, "b": false}"#) && !admits(&t, r#"{"a":1,"b":false}"#));
+    }
+
+    #[test]
+    fn arrays_with_bounds_and_prefix() {
+        let s = compile(r#"{"type":"array","items":{"type":"integer","minimum":0,"maximum":9},"minItems":1,"maxItems":3}"#).unwrap();
+        assert!(admits(&s, "[1]") && admits(&s, "[1,2,3]"));
+        assert!(!admits(&s, "[]") && !admits(&s, "[1,2,3,4]") && !admits(&s, "[10]"));
+        let s = compile(r#"{"type":"array","prefixItems":[{"type":"string"},{"const":5}],"items":false}"#).unwrap();
+        assert!(admits(&s, "[]") && admits(&s, "[\"x\"]") && admits(&s, "[\"x\",5]") && !admits(&s, "[\"x\",5,5]"));
+        let s = compile(r#"{"type":"array"}"#).unwrap();
+        assert!(admits(&s, r#"[1,"a",[null,{"k":true}],-2.5e3]"#));
+    }
+
+    #[test]
+    fn enum_const_anyof_ref_recursion() {
+        let s = compile(r#"{"enum":["a\"b",1,null,[1,2],{"x":false}]}"#).unwrap();
+        for ok in [r#""a\"b""#, "1", "null", "[1,2]", r#"{"x":false}"#] {
+            assert!(admits(&s, ok), "{ok}");
+        }
+        assert!(!admits(&s, "2"));
+        let s = compile(r#"{"anyOf":[{"type":"string","maxLength":1},{"type":"integer"}]}"#).unwrap();
+        assert!(admits(&s, "\"x\"") && admits(&s, "42") && !admits(&s, "\"xy\""));
+        let s = compile(
+            r##"{"definitions":{"l":{"anyOf":[{"type":"null"},{"type":"object","properties":{"next":{"$ref":"#/definitions/l"}},"required":["next"]}]}},"$ref":"#/definitions/l"}"##,
+        )
+        .unwrap();
+        assert!(admits(&s, "null") && admits(&s, r#"{"next":{"next":null}}"#) && !admits(&s, r#"{"next":{}}"#));
+    }
+
+    #[test]
+    fn refusals_name_the_keyword_path() {
+        let e = compile(r#"{"type":"object","properties":{"name":{"type":"string","pattern":"(?=x)"}}}"#).unwrap_err();
+        assert_eq!((e.path.as_str(), e.keyword.as_str()), ("properties.name.pattern", "pattern"));
+        let e = compile(r#"{"type":"strin"}"#).unwrap_err();
+        assert_eq!(e.path, "type");
+        let e = compile(r##"{"properties":{"a":{"$ref":"#/$defs/nope"}}}"##).unwrap_err();
+        assert_eq!(e.path, "properties.a.$ref");
+        let e = compile(r#"{"type":"object","properties":{"a":{"not":{}}}}"#).unwrap_err();
+        assert_eq!(e.path, "properties.a.not");
+        let e = compile(r#"{"oneOf":[{"type":"integer"},{"type":"number"}]}"#).unwrap_err();
+        assert_eq!(e.keyword, "oneOf");
+        assert!(compile(r#"{"oneOf":[{"type":"integer"},{"type":"string"}]}"#).is_ok());
+        assert!(compile(r#"{"oneOf":[{"const":1},{"const":2}]}"#).is_ok());
+        assert!(compile(r#"{"oneOf":[{"type":"object","properties":{"k":{"const":"a"}},"required":["k"]},{"type":"object","properties":{"k":{"const":"b"}},"required":["k"]}]}"#).is_ok());
+        assert!(compile("3").is_err());
+        assert!(compile(r##"{"$ref":"#"}"##).is_err(), "admits no value");
+        let e = compile(r#"{"type":"string","maxLength":100000}"#).unwrap_err();
+        assert!(e.message.contains("too large"), "{e}");
+        let e = compile(r#"{"type":"object","required":["x"]}"#).unwrap_err();
+        assert_eq!(e.path, "required");
+    }
+}
