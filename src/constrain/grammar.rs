@@ -182,6 +182,40 @@ impl Builder {
                 Edge::Call { start, ret } => dist[start as usize] != FAR && dist[ret as usize] != FAR,
             });
         }
+        // `Eps` elimination: each node takes the edges (and the rule end) of every node it
+        // reaches without input, so most nodes read input directly and a loop (a free
+        // string) is one plain node: the walk's fast path.
+        let n_nodes = self.nodes.len();
+        let mut eliminated: Vec<Node> = Vec::with_capacity(n_nodes);
+        let mut seen = vec![u32::MAX; n_nodes];
+        let mut stack = Vec::new();
+        for i in 0..n_nodes {
+            let mut node = Node { edges: Vec::new(), ret: false };
+            stack.clear();
+            stack.push(i as u32);
+            seen[i] = i as u32;
+            while let Some(j) = stack.pop() {
+                let src = &self.nodes[j as usize];
+                node.ret |= src.ret;
+                for e in &src.edges {
+                    match *e {
+                        Edge::Eps { to } => {
+                            if seen[to as usize] != i as u32 {
+                                seen[to as usize] = i as u32;
+                                stack.push(to);
+                            }
+                        }
+                        other => {
+                            if !node.edges.contains(&other) {
+                                node.edges.push(other);
+                            }
+                        }
+                    }
+                }
+            }
+            eliminated.push(node);
+        }
+        self.nodes = eliminated;
         let plain = self
             .nodes
             .iter()

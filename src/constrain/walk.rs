@@ -7,10 +7,15 @@ use super::mask::Mask;
 use super::pda::{self, Level, Scratch};
 use super::vocab::{Vocabulary, NO_ID};
 
+/// Not on the fast path.
+const SLOW: u32 = u32::MAX;
+
 /// Reusable per-depth states of the walk.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Walker {
     levels: Vec<Level>,
+    /// Per depth: the top node on the fast path, or [`SLOW`].
+    tops: Vec<u32>,
     sc: Scratch,
     tmp: Level,
 }
@@ -47,13 +52,64 @@ impl Walker {
         // Ranks: the trie in preorder.
         if self.levels.len() < v.max_len + 1 {
             self.levels.resize(v.max_len + 1, Level::default());
+            self.tops.resize(v.max_len + 1, SLOW);
         }
         self.levels[0].clone_from(state);
+        // Fast path: one stack whose top reads input only. Its lower part stays as it is
+        // while a token's bytes move the top from plain node to plain node, so a depth keeps
+        // just the top node (`tops[d]`); anything else (a rule end, a call, several stacks)
+        // takes the general step on whole levels.
+        let mut stacks = state.stacks();
+        let single = match (stacks.next(), stacks.next()) {
+            (Some(s), None) if g.plain[s[s.len() - 1] as usize] => Some(s),
+            _ => None,
+        };
+        let (base, base_dist) = match single {
+            Some(s) => (&s[..s.len() - 1], closing::stack_dist(g, &s[..s.len() - 1])),
+            None => (&[][..], 0),
+        };
+        self.tops[0] = single.map_or(SLOW, |s| s[s.len() - 1]);
         let trie = &v.trie;
         let mut i = 0usize;
         while i < trie.len() {
             let n = trie[i];
             let d = n.depth as usize;
+            let parent = self.tops[d - 1];
+            if parent != SLOW {
+                let mut next = SLOW;
+                let mut matches = 0;
+                for e in &g.nodes[parent as usize].edges {
+                    if let Edge::Bytes { lo, hi, to } = *e {
+                        if lo <= n.byte && n.byte <= hi {
+                            matches += 1;
+                            next = to;
+                        }
+                    }
+                }
+                if matches == 0 {
+                    i = n.end as usize;
+                    continue;
+                }
+                if matches == 1 && g.plain[next as usize] {
+                    self.tops[d] = next;
+                    if n.id != NO_ID {
+                        let dd = base_dist.saturating_add(g.dist[next as usize]);
+                        if limit.is_none_or(|l| dd <= l) {
+                            mask.set(n.id);
+                            d_max = d_max.max(dd);
+                        }
+                    }
+                    i += 1;
+                    continue;
+                }
+                // Leave the fast path: the parent as a whole level.
+                let mut whole = base.to_vec();
+                whole.push(parent);
+                self.tmp.clear();
+                pda::close(g, &whole, &mut self.tmp, &mut self.sc);
+                std::mem::swap(&mut self.levels[d - 1], &mut self.tmp);
+            }
+            self.tops[d] = SLOW;
             let (lo, hi) = self.levels.split_at_mut(d);
             let out = &mut hi[0];
             pda::step_byte(g, &lo[d - 1], n.byte, out, &mut self.sc);
