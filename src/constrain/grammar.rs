@@ -42,6 +42,8 @@ pub struct Grammar {
     pub(crate) start: u32,
     /// Fewest symbols (bytes or special ids) from the node to its rule's end.
     pub(crate) dist: Vec<u32>,
+    /// Most frames a shortest completion from the node pushes above it.
+    pub(crate) ext: Vec<u32>,
     /// The node has only byte/special edges and is not a rule end: the closure of a stack
     /// whose top it is, is the stack itself (the walk's fast path).
     pub(crate) plain: Vec<bool>,
@@ -173,6 +175,46 @@ impl Builder {
         if dist[start as usize] == FAR {
             return None;
         }
+        // Extra stack depth along a shortest completion (calls push one frame each), so the
+        // walk never admits a state whose shortest completion would need more than
+        // `pda::MAX_DEPTH` frames (a dead end).
+        let mut ext = vec![FAR; n];
+        for i in 0..n {
+            if self.nodes[i].ret {
+                ext[i] = 0;
+            }
+        }
+        loop {
+            let mut changed = false;
+            for i in (0..n).rev() {
+                if dist[i] == FAR {
+                    continue;
+                }
+                let mut best = ext[i];
+                for e in &self.nodes[i].edges {
+                    let (cost, x) = match *e {
+                        Edge::Bytes { to, .. } | Edge::Special { to, .. } => {
+                            (dist[to as usize].saturating_add(1), ext[to as usize])
+                        }
+                        Edge::Eps { to } => (dist[to as usize], ext[to as usize]),
+                        Edge::Call { start, ret } => (
+                            dist[start as usize].saturating_add(dist[ret as usize]),
+                            ext[start as usize].saturating_add(1).max(ext[ret as usize]),
+                        ),
+                    };
+                    if cost == dist[i] {
+                        best = best.min(x);
+                    }
+                }
+                if best < ext[i] {
+                    ext[i] = best;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
         // Drop the edges into dead ends: a prefix that cannot complete is never admitted.
         for node in &mut self.nodes {
             node.edges.retain(|e| match *e {
@@ -227,7 +269,7 @@ impl Builder {
                         .all(|e| matches!(e, Edge::Bytes { .. } | Edge::Special { .. }))
             })
             .collect();
-        Some(Grammar { nodes: self.nodes, start, dist, plain })
+        Some(Grammar { nodes: self.nodes, start, dist, ext, plain })
     }
 }
 

@@ -496,3 +496,41 @@ mod property {
     }
 }
 
+
+#[test]
+fn deep_recursion_never_dead_ends() {
+    // Always-open arrays: `[` repeated until the depth bound, then only closing remains.
+    use serde_json::json;
+    let s = json!({"$defs": {"a": {"type": "object", "properties": {"x": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/a"}]}}, "required": ["x"]}}, "$ref": "#/$defs/a"});
+    let sch = Arc::new(Schema::compile(&k3_value(&s), JsonStyle::Compact).unwrap());
+    let mut c = plain(sch, vocab(), &[specials().eos]);
+    let open = seg(&["{\"x\":"]);
+    let mut mask = Mask::new(vocab().size());
+    let mut depth = 0;
+    // Open objects while the mask admits them (greedy on the opening ids).
+    loop {
+        c.mask(None, &mut mask);
+        assert!(mask.count() > 0, "dead end at depth {depth}");
+        if !open.iter().all(|&id| mask.allows(id)) && !mask.allows(open[0]) {
+            break;
+        }
+        let mut ok = true;
+        for &id in &open {
+            c.mask(None, &mut mask);
+            if !mask.allows(id) {
+                ok = false;
+                break;
+            }
+            c.accept(id).unwrap();
+        }
+        if !ok {
+            break;
+        }
+        depth += 1;
+        assert!(depth < 1000, "no depth bound");
+    }
+    assert!(depth > 20 && depth < 300, "depth {depth}");
+    let mut rng = Rng(1);
+    let (_, complete) = run(&mut *c, 4 * depth + 50, &mut rng);
+    assert!(complete);
+}

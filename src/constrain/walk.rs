@@ -2,9 +2,9 @@
 //! subtree skipped as soon as its prefix is not admitted; special ids stepped on their own.
 
 use super::closing;
-use super::grammar::{Edge, Grammar};
+use super::grammar::{Edge, Grammar, FAR};
 use super::mask::Mask;
-use super::pda::{self, Level, Scratch};
+use super::pda::{self, Level, Scratch, MAX_DEPTH};
 use super::vocab::{Vocabulary, NO_ID};
 
 /// Not on the fast path.
@@ -41,7 +41,7 @@ impl Walker {
                     pda::step_special(g, state, id, &mut self.tmp, &mut self.sc);
                     if !self.tmp.is_dead() {
                         let dd = closing::dist(g, &self.tmp);
-                        if limit.is_none_or(|l| dd <= l) {
+                        if dd != FAR && limit.is_none_or(|l| dd <= l) {
                             mask.set(id);
                             d_max = d_max.max(dd);
                         }
@@ -64,9 +64,12 @@ impl Walker {
             (Some(s), None) if g.plain[s[s.len() - 1] as usize] => Some(s),
             _ => None,
         };
-        let (base, base_dist) = match single {
-            Some(s) => (&s[..s.len() - 1], closing::stack_dist(g, &s[..s.len() - 1])),
-            None => (&[][..], 0),
+        let (base, base_dist, base_need) = match single {
+            Some(s) => {
+                let b = &s[..s.len() - 1];
+                (b, closing::stack_dist(g, b), closing::stack_need(g, b))
+            }
+            None => (&[][..], 0, 0),
         };
         self.tops[0] = single.map_or(SLOW, |s| s[s.len() - 1]);
         let trie = &v.trie;
@@ -94,7 +97,8 @@ impl Walker {
                     self.tops[d] = next;
                     if n.id != NO_ID {
                         let dd = base_dist.saturating_add(g.dist[next as usize]);
-                        if limit.is_none_or(|l| dd <= l) {
+                        let need = base_need.max((base.len() as u32 + 1).saturating_add(g.ext[next as usize]));
+                        if need as usize <= MAX_DEPTH && limit.is_none_or(|l| dd <= l) {
                             mask.set(n.id);
                             d_max = d_max.max(dd);
                         }
@@ -115,7 +119,7 @@ impl Walker {
             pda::step_byte(g, &lo[d - 1], n.byte, out, &mut self.sc);
             if n.id != NO_ID && !out.is_dead() {
                 let dd = closing::dist(g, out);
-                if limit.is_none_or(|l| dd <= l) {
+                if dd != FAR && limit.is_none_or(|l| dd <= l) {
                     mask.set(n.id);
                     d_max = d_max.max(dd);
                 }
