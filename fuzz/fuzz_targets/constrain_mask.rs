@@ -8,7 +8,9 @@
 //! schema as a tool's parameters and/or the response format). A schema that does not compile
 //! falls back to any JSON object.
 #![no_main]
-use k3::constrain::{self, Constraint, JsonStyle, Mask, ReplySpec, Schema, Specials, ToolChoice, Vocabulary};
+use k3::constrain::{
+    self, Constraint, JsonStyle, Mask, ReplySpec, Schema, Specials, ToolChoice, Vocabulary,
+};
 use k3::tokenizer::Tokenizer;
 use libfuzzer_sys::fuzz_target;
 use std::sync::{Arc, OnceLock};
@@ -16,7 +18,8 @@ use std::sync::{Arc, OnceLock};
 fn real() -> &'static (Tokenizer, Arc<Vocabulary>) {
     static T: OnceLock<(Tokenizer, Arc<Vocabulary>)> = OnceLock::new();
     T.get_or_init(|| {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tiny-k3-text");
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tiny-k3-text");
         let t = Tokenizer::load(&dir).expect("fixture tokenizer");
         let v = Arc::new(Vocabulary::new(&t));
         (t, v)
@@ -30,7 +33,11 @@ fuzz_target!(|data: &[u8]| {
     let (schema_text, rest) = data.split_at(split);
     let rest = rest.get(1..).unwrap_or(&[]);
     let (mode, ids) = rest.split_first().map_or((0u8, &[][..]), |(m, r)| (*m, r));
-    let style = if mode & 4 != 0 { JsonStyle::Template } else { JsonStyle::Compact };
+    let style = if mode & 4 != 0 {
+        JsonStyle::Template
+    } else {
+        JsonStyle::Compact
+    };
     let schema = k3::json::parse(schema_text)
         .ok()
         .and_then(|v| Schema::compile(&v, style).ok())
@@ -56,7 +63,11 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     };
-    let budget = if mode & 64 != 0 { Some(ids.len() / 2 + 4) } else { None };
+    let budget = if mode & 64 != 0 {
+        Some(ids.len() / 2 + 4)
+    } else {
+        None
+    };
     let mut m = Mask::new(vocab.size());
     let mut m2 = Mask::new(vocab.size());
     let mut steps = 0usize;
@@ -71,7 +82,9 @@ fuzz_target!(|data: &[u8]| {
         assert!(n > 0, "nothing admitted on an incomplete output");
         let v = u16::from(pair[0]) << 8 | u16::from(*pair.get(1).unwrap_or(&0));
         let id = if v & 0x8000 != 0 {
-            m.iter().nth(usize::from(v & 0x7FFF) % n).expect("n-th admitted id")
+            m.iter()
+                .nth(usize::from(v & 0x7FFF) % n)
+                .expect("n-th admitted id")
         } else {
             u32::from(v) * 5
         };

@@ -11,7 +11,8 @@ use std::sync::{Arc, OnceLock};
 fn real() -> &'static (Tokenizer, Arc<Vocabulary>) {
     static T: OnceLock<(Tokenizer, Arc<Vocabulary>)> = OnceLock::new();
     T.get_or_init(|| {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tiny-k3-text");
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tiny-k3-text");
         let t = Tokenizer::load(&dir).expect("fixture tokenizer");
         let v = Arc::new(Vocabulary::new(&t));
         (t, v)
@@ -23,12 +24,17 @@ fuzz_target!(|data: &[u8]| {
     let (tok, vocab) = real();
     let sp = Specials::from_tokenizer(tok).expect("chat specials");
     for style in [JsonStyle::Compact, JsonStyle::Template] {
-        let Ok(s) = Schema::compile(&v, style) else { continue };
+        let Ok(s) = Schema::compile(&v, style) else {
+            continue;
+        };
         let s = Arc::new(s);
         let mut c = constrain::plain(s.clone(), vocab.clone(), &[sp.eos]);
         let mut m = Mask::new(vocab.size());
         c.mask(Some(8), &mut m);
-        assert!(m.count() > 0, "a compiled schema's first mask admits nothing");
+        assert!(
+            m.count() > 0,
+            "a compiled schema's first mask admits nothing"
+        );
         let spec = ReplySpec {
             thinking: false,
             response: Some(s.clone()),

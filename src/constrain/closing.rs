@@ -20,12 +20,15 @@ use super::pda::{Level, MAX_DEPTH};
 
 /// Fewest symbols completing one stack (bottom … top).
 pub(crate) fn stack_dist(g: &Grammar, s: &[u32]) -> u32 {
-    s.iter().fold(0u32, |acc, &n| acc.saturating_add(g.dist[n as usize]))
+    s.iter()
+        .fold(0u32, |acc, &n| acc.saturating_add(g.dist[n as usize]))
 }
 
 /// Deepest stack a shortest completion of `s` reaches.
 pub(crate) fn stack_need(g: &Grammar, s: &[u32]) -> u32 {
-    s.iter().enumerate().fold(0u32, |acc, (i, &n)| acc.max((i as u32 + 1).saturating_add(g.ext[n as usize])))
+    s.iter().enumerate().fold(0u32, |acc, (i, &n)| {
+        acc.max((i as u32 + 1).saturating_add(g.ext[n as usize]))
+    })
 }
 
 /// Fewest symbols completing the state (0 when it is already complete; `FAR` for a dead one),

@@ -47,6 +47,8 @@ pub struct Grammar {
     /// The node has only byte/special edges and is not a rule end: the closure of a stack
     /// whose top it is, is the stack itself (the walk's fast path).
     pub(crate) plain: Vec<bool>,
+    /// The node has no call edge (the walk's fast path may sit on it).
+    pub(crate) nocall: Vec<bool>,
 }
 
 impl Grammar {
@@ -221,7 +223,9 @@ impl Builder {
                 Edge::Bytes { to, .. } | Edge::Special { to, .. } | Edge::Eps { to } => {
                     dist[to as usize] != FAR
                 }
-                Edge::Call { start, ret } => dist[start as usize] != FAR && dist[ret as usize] != FAR,
+                Edge::Call { start, ret } => {
+                    dist[start as usize] != FAR && dist[ret as usize] != FAR
+                }
             });
         }
         // `Eps` elimination: each node takes the edges (and the rule end) of every node it
@@ -232,7 +236,10 @@ impl Builder {
         let mut seen = vec![u32::MAX; n_nodes];
         let mut stack = Vec::new();
         for i in 0..n_nodes {
-            let mut node = Node { edges: Vec::new(), ret: false };
+            let mut node = Node {
+                edges: Vec::new(),
+                ret: false,
+            };
             stack.clear();
             stack.push(i as u32);
             seen[i] = i as u32;
@@ -269,7 +276,19 @@ impl Builder {
                         .all(|e| matches!(e, Edge::Bytes { .. } | Edge::Special { .. }))
             })
             .collect();
-        Some(Grammar { nodes: self.nodes, start, dist, ext, plain })
+        let nocall = self
+            .nodes
+            .iter()
+            .map(|nd| !nd.edges.iter().any(|e| matches!(e, Edge::Call { .. })))
+            .collect();
+        Some(Grammar {
+            nodes: self.nodes,
+            start,
+            dist,
+            ext,
+            plain,
+            nocall,
+        })
     }
 }
 

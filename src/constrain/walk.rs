@@ -24,7 +24,14 @@ impl Walker {
     /// Sets in `mask` every id that may follow `state` (`mask` is cleared first); with
     /// `limit = Some(l)`, only the ids after which the closing distance is at most `l`
     /// (closing.rs). Returns the largest closing distance after an admitted id.
-    pub(crate) fn walk(&mut self, g: &Grammar, v: &Vocabulary, state: &Level, limit: Option<u32>, mask: &mut Mask) -> u32 {
+    pub(crate) fn walk(
+        &mut self,
+        g: &Grammar,
+        v: &Vocabulary,
+        state: &Level,
+        limit: Option<u32>,
+        mask: &mut Mask,
+    ) -> u32 {
         mask.clear();
         let mut d_max = 0u32;
         if !state.has_stacks() {
@@ -55,15 +62,32 @@ impl Walker {
             self.tops.resize(v.max_len + 1, SLOW);
         }
         self.levels[0].clone_from(state);
-        // Fast path: one stack whose top reads input only. Its lower part stays as it is
-        // while a token's bytes move the top from plain node to plain node, so a depth keeps
-        // just the top node (`tops[d]`); anything else (a rule end, a call, several stacks)
-        // takes the general step on whole levels.
-        let mut stacks = state.stacks();
-        let single = match (stacks.next(), stacks.next()) {
-            (Some(s), None) if g.plain[s[s.len() - 1] as usize] => Some(s),
+        // Fast path: one stack reads bytes (others may wait for a special id) and its top
+        // calls nothing. Its lower part stays as it is while a token's bytes move the top
+        // from such node to such node, so a depth keeps just the top node (`tops[d]`); a
+        // rule end is fine when what follows the rule reads no bytes (a raw argument before
+        // `<|close|>`). Anything else takes the general step on whole levels.
+        let reads_bytes = |s: &[u32]| {
+            g.nodes[s[s.len() - 1] as usize]
+                .edges
+                .iter()
+                .any(|e| matches!(e, Edge::Bytes { .. }))
+        };
+        let mut readers = state.stacks().filter(|s| reads_bytes(s));
+        let single = match (readers.next(), readers.next()) {
+            (Some(s), None) => Some(s),
             _ => None,
         };
+        let mut pop_bytes = false;
+        if let Some(s) = single {
+            if s.len() > 1 {
+                self.tmp.clear();
+                pda::close(g, &s[..s.len() - 1], &mut self.tmp, &mut self.sc);
+                pop_bytes = self.tmp.stacks().any(reads_bytes);
+            }
+        }
+        let fast = |n: u32| g.nocall[n as usize] && (!g.nodes[n as usize].ret || !pop_bytes);
+        let single = single.filter(|s| fast(s[s.len() - 1]));
         let (base, base_dist, base_need) = match single {
             Some(s) => {
                 let b = &s[..s.len() - 1];
@@ -93,11 +117,12 @@ impl Walker {
                     i = n.end as usize;
                     continue;
                 }
-                if matches == 1 && g.plain[next as usize] {
+                if matches == 1 && fast(next) {
                     self.tops[d] = next;
                     if n.id != NO_ID {
                         let dd = base_dist.saturating_add(g.dist[next as usize]);
-                        let need = base_need.max((base.len() as u32 + 1).saturating_add(g.ext[next as usize]));
+                        let need = base_need
+                            .max((base.len() as u32 + 1).saturating_add(g.ext[next as usize]));
                         if need as usize <= MAX_DEPTH && limit.is_none_or(|l| dd <= l) {
                             mask.set(n.id);
                             d_max = d_max.max(dd);

@@ -11,7 +11,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use k3::constrain::{self, Constraint, JsonStyle, Mask, ReplySpec, Schema, Specials, ToolChoice, Vocabulary};
+use k3::constrain::{
+    self, Constraint, JsonStyle, Mask, ReplySpec, Schema, Specials, ToolChoice, Vocabulary,
+};
 use k3::tokenizer::Tokenizer;
 use k3_bench::machine;
 
@@ -55,7 +57,8 @@ fn main() {
         i += 1;
     }
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let tok = Tokenizer::load(&root.join("tests/fixtures/tiny-k3-text")).expect("tokenizer fixture");
+    let tok =
+        Tokenizer::load(&root.join("tests/fixtures/tiny-k3-text")).expect("tokenizer fixture");
     let t0 = Instant::now();
     let vocab = Arc::new(Vocabulary::new(&tok));
     let vocab_s = t0.elapsed().as_secs_f64();
@@ -81,9 +84,18 @@ fn main() {
     };
     type Make<'a> = Box<dyn Fn() -> Box<dyn Constraint> + 'a>;
     let cases: Vec<(&str, Make)> = vec![
-        ("flat_object", Box::new(|| constrain::plain(flat.clone(), vocab.clone(), &[sp.eos]))),
-        ("recursive_tree", Box::new(|| constrain::plain(tree.clone(), vocab.clone(), &[sp.eos]))),
-        ("tool_call_reply", Box::new(|| constrain::reply(&spec, vocab.clone(), &sp).unwrap())),
+        (
+            "flat_object",
+            Box::new(|| constrain::plain(flat.clone(), vocab.clone(), &[sp.eos])),
+        ),
+        (
+            "recursive_tree",
+            Box::new(|| constrain::plain(tree.clone(), vocab.clone(), &[sp.eos])),
+        ),
+        (
+            "tool_call_reply",
+            Box::new(|| constrain::reply(&spec, vocab.clone(), &sp).unwrap()),
+        ),
     ];
     let mut rows = vec![format!(
         "case\tsteps\tcached_mean_ms\tcached_p50_ms\tcached_max_ms\tcold_mean_ms\tcold_p50_ms\tcold_max_ms\tadmitted_mean"
@@ -110,7 +122,11 @@ fn main() {
             warm.push(t.elapsed().as_secs_f64() * 1e3);
             let n = mask.count();
             admitted += n;
-            let pick = if rng.next() % 2 == 0 { 0 } else { (rng.next() % n as u64) as usize };
+            let pick = if rng.next() % 2 == 0 {
+                0
+            } else {
+                (rng.next() % n as u64) as usize
+            };
             let id = mask.iter().nth(pick).unwrap();
             c.accept(id).unwrap();
             ids.push(id);
@@ -131,11 +147,17 @@ fn main() {
         rows.push(row);
     }
     let mut text = String::new();
-    text.push_str(&format!("# command: cargo run --release -p k3-bench --bin constrain_mask -- {}\n", args[1..].join(" ")));
+    text.push_str(&format!(
+        "# command: cargo run --release -p k3-bench --bin constrain_mask -- {}\n",
+        args[1..].join(" ")
+    ));
     for (k, v) in machine::describe() {
         text.push_str(&format!("# {k}: {v}\n"));
     }
-    text.push_str(&format!("# loadavg: {} (the machine is shared by several builds: times are upper bounds)\n", machine::loadavg()));
+    text.push_str(&format!(
+        "# loadavg: {} (the machine is shared by several builds: times are upper bounds)\n",
+        machine::loadavg()
+    ));
     text.push_str(&format!("# vocabulary trie built in {:.3} s; times are Constraint::mask per step in ms, one thread\n", vocab_s));
     for r in rows {
         text.push_str(&r);
