@@ -180,12 +180,11 @@ impl Builder {
         // Extra stack depth along a shortest completion (calls push one frame each), so the
         // walk never admits a state whose shortest completion would need more than
         // `pda::MAX_DEPTH` frames (a dead end).
-        let mut ext = vec![FAR; n];
-        for i in 0..n {
-            if self.nodes[i].ret {
-                ext[i] = 0;
-            }
-        }
+        let mut ext: Vec<u32> = self
+            .nodes
+            .iter()
+            .map(|nd| if nd.ret { 0 } else { FAR })
+            .collect();
         loop {
             let mut changed = false;
             for i in (0..n).rev() {

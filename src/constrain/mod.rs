@@ -91,11 +91,14 @@ pub trait Constraint: Send + Sync + std::fmt::Debug {
 /// where it is exactly the same; free strings and free text hit on every step).
 const CACHE_ENTRIES: usize = 1024;
 
+/// Masks by state key, each with the largest closing distance after an admitted id.
+type MaskCache = HashMap<Vec<u32>, (Arc<Mask>, u32)>;
+
 /// What every copy of one constraint shares: the grammar, the vocabulary, the mask cache.
 struct Shared {
     g: Grammar,
     vocab: Arc<Vocabulary>,
-    cache: Mutex<HashMap<Vec<u32>, (Arc<Mask>, u32)>>,
+    cache: Mutex<MaskCache>,
 }
 
 /// A [`Constraint`] running a grammar over the vocabulary.

@@ -197,21 +197,16 @@ pub(crate) fn valid(
             }
         }
         for (k, v) in o {
-            match props.and_then(|p| p.get(k)) {
-                Some(ps) => {
-                    if !valid(root, ps, v) {
-                        return false;
-                    }
-                }
+            let sub = match props.and_then(|p| p.get(k)) {
+                Some(ps) => Some(ps),
                 None => match s.get("additionalProperties") {
                     Some(J::Bool(false)) => return false,
-                    Some(a @ J::Object(_)) => {
-                        if !valid(root, a, v) {
-                            return false;
-                        }
-                    }
-                    _ => {}
+                    Some(a @ J::Object(_)) => Some(a),
+                    _ => None,
                 },
+            };
+            if sub.is_some_and(|sub| !valid(root, sub, v)) {
+                return false;
             }
         }
     }
