@@ -16,18 +16,30 @@
 //! as any other mask.
 
 use super::grammar::{Grammar, FAR};
-use super::pda::Level;
+use super::pda::{Level, MAX_DEPTH};
 
 /// Fewest symbols completing one stack (bottom … top).
 pub(crate) fn stack_dist(g: &Grammar, s: &[u32]) -> u32 {
-    s.iter().fold(0u32, |acc, &n| acc.saturating_add(g.dist[n as usize]))
+    s.iter()
+        .fold(0u32, |acc, &n| acc.saturating_add(g.dist[n as usize]))
 }
 
-/// Fewest symbols completing the state (0 when it is already complete; `FAR` for a dead one).
+/// Deepest stack a shortest completion of `s` reaches.
+pub(crate) fn stack_need(g: &Grammar, s: &[u32]) -> u32 {
+    s.iter().enumerate().fold(0u32, |acc, (i, &n)| {
+        acc.max((i as u32 + 1).saturating_add(g.ext[n as usize]))
+    })
+}
+
+/// Fewest symbols completing the state (0 when it is already complete; `FAR` for a dead one),
+/// over the stacks whose shortest completion stays within `pda::MAX_DEPTH` frames (deeper
+/// ones would be dead ends: the automaton does not follow calls past that depth).
 pub(crate) fn dist(g: &Grammar, l: &Level) -> u32 {
     let mut best = if l.complete { 0 } else { FAR };
     for s in l.stacks() {
-        best = best.min(stack_dist(g, s));
+        if stack_need(g, s) as usize <= MAX_DEPTH {
+            best = best.min(stack_dist(g, s));
+        }
     }
     best
 }

@@ -42,9 +42,13 @@ pub struct Grammar {
     pub(crate) start: u32,
     /// Fewest symbols (bytes or special ids) from the node to its rule's end.
     pub(crate) dist: Vec<u32>,
+    /// Most frames a shortest completion from the node pushes above it.
+    pub(crate) ext: Vec<u32>,
     /// The node has only byte/special edges and is not a rule end: the closure of a stack
     /// whose top it is, is the stack itself (the walk's fast path).
     pub(crate) plain: Vec<bool>,
+    /// The node has no call edge (the walk's fast path may sit on it).
+    pub(crate) nocall: Vec<bool>,
 }
 
 impl Grammar {
@@ -173,15 +177,93 @@ impl Builder {
         if dist[start as usize] == FAR {
             return None;
         }
+        // Extra stack depth along a shortest completion (calls push one frame each), so the
+        // walk never admits a state whose shortest completion would need more than
+        // `pda::MAX_DEPTH` frames (a dead end).
+        let mut ext: Vec<u32> = self
+            .nodes
+            .iter()
+            .map(|nd| if nd.ret { 0 } else { FAR })
+            .collect();
+        loop {
+            let mut changed = false;
+            for i in (0..n).rev() {
+                if dist[i] == FAR {
+                    continue;
+                }
+                let mut best = ext[i];
+                for e in &self.nodes[i].edges {
+                    let (cost, x) = match *e {
+                        Edge::Bytes { to, .. } | Edge::Special { to, .. } => {
+                            (dist[to as usize].saturating_add(1), ext[to as usize])
+                        }
+                        Edge::Eps { to } => (dist[to as usize], ext[to as usize]),
+                        Edge::Call { start, ret } => (
+                            dist[start as usize].saturating_add(dist[ret as usize]),
+                            ext[start as usize].saturating_add(1).max(ext[ret as usize]),
+                        ),
+                    };
+                    if cost == dist[i] {
+                        best = best.min(x);
+                    }
+                }
+                if best < ext[i] {
+                    ext[i] = best;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
         // Drop the edges into dead ends: a prefix that cannot complete is never admitted.
         for node in &mut self.nodes {
             node.edges.retain(|e| match *e {
                 Edge::Bytes { to, .. } | Edge::Special { to, .. } | Edge::Eps { to } => {
                     dist[to as usize] != FAR
                 }
-                Edge::Call { start, ret } => dist[start as usize] != FAR && dist[ret as usize] != FAR,
+                Edge::Call { start, ret } => {
+                    dist[start as usize] != FAR && dist[ret as usize] != FAR
+                }
             });
         }
+        // `Eps` elimination: each node takes the edges (and the rule end) of every node it
+        // reaches without input, so most nodes read input directly and a loop (a free
+        // string) is one plain node: the walk's fast path.
+        let n_nodes = self.nodes.len();
+        let mut eliminated: Vec<Node> = Vec::with_capacity(n_nodes);
+        let mut seen = vec![u32::MAX; n_nodes];
+        let mut stack = Vec::new();
+        for i in 0..n_nodes {
+            let mut node = Node {
+                edges: Vec::new(),
+                ret: false,
+            };
+            stack.clear();
+            stack.push(i as u32);
+            seen[i] = i as u32;
+            while let Some(j) = stack.pop() {
+                let src = &self.nodes[j as usize];
+                node.ret |= src.ret;
+                for e in &src.edges {
+                    match *e {
+                        Edge::Eps { to } => {
+                            if seen[to as usize] != i as u32 {
+                                seen[to as usize] = i as u32;
+                                stack.push(to);
+                            }
+                        }
+                        other => {
+                            if !node.edges.contains(&other) {
+                                node.edges.push(other);
+                            }
+                        }
+                    }
+                }
+            }
+            eliminated.push(node);
+        }
+        self.nodes = eliminated;
         let plain = self
             .nodes
             .iter()
@@ -193,7 +275,19 @@ impl Builder {
                         .all(|e| matches!(e, Edge::Bytes { .. } | Edge::Special { .. }))
             })
             .collect();
-        Some(Grammar { nodes: self.nodes, start, dist, plain })
+        let nocall = self
+            .nodes
+            .iter()
+            .map(|nd| !nd.edges.iter().any(|e| matches!(e, Edge::Call { .. })))
+            .collect();
+        Some(Grammar {
+            nodes: self.nodes,
+            start,
+            dist,
+            ext,
+            plain,
+            nocall,
+        })
     }
 }
 

@@ -16,7 +16,10 @@ impl std::fmt::Debug for Mask {
 impl Mask {
     /// A mask over `v` ids with every id cleared.
     pub fn new(v: usize) -> Mask {
-        Mask { words: vec![0; v.div_ceil(64)], v }
+        Mask {
+            words: vec![0; v.div_ceil(64)],
+            v,
+        }
     }
 
     /// The vocabulary size the mask covers.

@@ -59,7 +59,11 @@ pub struct Rejected {
 
 impl std::fmt::Display for Rejected {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "id {} rejected by the constraint: {}", self.id, self.reason)
+        write!(
+            f,
+            "id {} rejected by the constraint: {}",
+            self.id, self.reason
+        )
     }
 }
 
@@ -87,11 +91,14 @@ pub trait Constraint: Send + Sync + std::fmt::Debug {
 /// where it is exactly the same; free strings and free text hit on every step).
 const CACHE_ENTRIES: usize = 1024;
 
+/// Masks by state key, each with the largest closing distance after an admitted id.
+type MaskCache = HashMap<Vec<u32>, (Arc<Mask>, u32)>;
+
 /// What every copy of one constraint shares: the grammar, the vocabulary, the mask cache.
 struct Shared {
     g: Grammar,
     vocab: Arc<Vocabulary>,
-    cache: Mutex<HashMap<Vec<u32>, (Arc<Mask>, u32)>>,
+    cache: Mutex<MaskCache>,
 }
 
 /// A [`Constraint`] running a grammar over the vocabulary.
@@ -117,7 +124,11 @@ impl Matcher {
     fn new(g: Grammar, vocab: Arc<Vocabulary>) -> Matcher {
         let state = pda::start(&g);
         Matcher {
-            shared: Arc::new(Shared { g, vocab, cache: Mutex::new(HashMap::new()) }),
+            shared: Arc::new(Shared {
+                g,
+                vocab,
+                cache: Mutex::new(HashMap::new()),
+            }),
             state,
             next: Level::default(),
             sc: Scratch::default(),
@@ -137,7 +148,12 @@ impl Constraint for Matcher {
         let sh = &*self.shared;
         let limit = closing::limit(remaining, closing::dist(&sh.g, &self.state));
         let key = self.state.key();
-        let cached = sh.cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned();
+        let cached = sh
+            .cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            .cloned();
         let (m, d_max) = match cached {
             Some(c) => c,
             None => {
@@ -154,7 +170,8 @@ impl Constraint for Matcher {
         match limit {
             // Near the end of the budget: the walk again, keeping only what can still close.
             Some(l) if d_max > l => {
-                self.walker.walk(&sh.g, &sh.vocab, &self.state, Some(l), mask);
+                self.walker
+                    .walk(&sh.g, &sh.vocab, &self.state, Some(l), mask);
             }
             _ => mask.copy_from(&m),
         }
@@ -162,7 +179,12 @@ impl Constraint for Matcher {
 
     fn accept(&mut self, id: u32) -> Result<(), Rejected> {
         let sh = &*self.shared;
-        let reject = |why: &str| Err(Rejected { id, reason: why.to_string() });
+        let reject = |why: &str| {
+            Err(Rejected {
+                id,
+                reason: why.to_string(),
+            })
+        };
         if sh.vocab.is_special(id) {
             pda::step_special(&sh.g, &self.state, id, &mut self.next, &mut self.sc);
             if self.next.is_dead() {
@@ -201,7 +223,11 @@ impl Constraint for Matcher {
 /// call in the XTML syntax of §10 (declared names, argument keys/types/values from the tool's
 /// parameters schema, values JSON with the template's separators, string values raw); then
 /// close(`message`) and an end id (§11). Errors name the tool and the keyword.
-pub fn reply(spec: &ReplySpec, vocab: Arc<Vocabulary>, specials: &Specials) -> Result<Box<dyn Constraint>, SchemaError> {
+pub fn reply(
+    spec: &ReplySpec,
+    vocab: Arc<Vocabulary>,
+    specials: &Specials,
+) -> Result<Box<dyn Constraint>, SchemaError> {
     let g = xtml::reply_grammar(spec, specials)?;
     Ok(Box::new(Matcher::new(g, vocab)))
 }

@@ -27,7 +27,10 @@ struct Class {
 
 impl Class {
     fn none() -> Class {
-        Class { ascii: [false; 128], non_ascii: false }
+        Class {
+            ascii: [false; 128],
+            non_ascii: false,
+        }
     }
     fn range(&mut self, lo: u8, hi: u8) {
         for c in lo..=hi {
@@ -106,7 +109,11 @@ impl Parser<'_> {
                         let rest: String = self.s[self.i..].iter().take(3).collect();
                         if rest.starts_with("?:") {
                             self.i += 2;
-                        } else if rest.starts_with("?P<") || rest.starts_with("?<") && !rest.starts_with("?<=") && !rest.starts_with("?<!") {
+                        } else if rest.starts_with("?P<")
+                            || rest.starts_with("?<")
+                                && !rest.starts_with("?<=")
+                                && !rest.starts_with("?<!")
+                        {
                             while let Some(c) = self.peek() {
                                 self.i += 1;
                                 if c == '>' {
@@ -139,7 +146,9 @@ impl Parser<'_> {
                     self.i += 1;
                     self.escape(false)?
                 }
-                '*' | '+' | '?' | '{' => return Err(format!("quantifier `{c}` without anything to repeat")),
+                '*' | '+' | '?' | '{' => {
+                    return Err(format!("quantifier `{c}` without anything to repeat"))
+                }
                 _ => {
                     self.i += 1;
                     Atom::Char(c)
@@ -168,7 +177,9 @@ impl Parser<'_> {
                 };
                 let Some(m) = num(self) else {
                     self.i = start;
-                    return Err("`{` must start a quantifier {m}, {m,} or {m,n} (escape it as \\{)".into());
+                    return Err(
+                        "`{` must start a quantifier {m}, {m,} or {m,n} (escape it as \\{)".into(),
+                    );
                 };
                 let max = if self.peek() == Some(',') {
                     self.i += 1;
@@ -187,7 +198,9 @@ impl Parser<'_> {
                     return Err("{m,n} with n < m".into());
                 }
                 if m > MAX_REPEAT || max.is_some_and(|x| x > MAX_REPEAT) {
-                    return Err(format!("repetition counts above {MAX_REPEAT} are not supported"));
+                    return Err(format!(
+                        "repetition counts above {MAX_REPEAT} are not supported"
+                    ));
                 }
                 (m, max)
             }
@@ -206,7 +219,9 @@ impl Parser<'_> {
     }
 
     fn escape(&mut self, in_class: bool) -> P<Atom> {
-        let Some(c) = self.peek() else { return Err("pattern ends with `\\`".into()) };
+        let Some(c) = self.peek() else {
+            return Err("pattern ends with `\\`".into());
+        };
         self.i += 1;
         let mut cl = Class::none();
         let atom = match c {
@@ -246,8 +261,13 @@ impl Parser<'_> {
             'v' => Atom::Char('\x0b'),
             'x' | 'u' => {
                 let n = if c == 'x' { 2 } else { 4 };
-                let h: String = self.s.get(self.i..self.i + n).map(|s| s.iter().collect()).unwrap_or_default();
-                let v = u32::from_str_radix(&h, 16).map_err(|_| format!("\\{c} needs {n} hex digits"))?;
+                let h: String = self
+                    .s
+                    .get(self.i..self.i + n)
+                    .map(|s| s.iter().collect())
+                    .unwrap_or_default();
+                let v = u32::from_str_radix(&h, 16)
+                    .map_err(|_| format!("\\{c} needs {n} hex digits"))?;
                 self.i += n;
                 Atom::Char(char::from_u32(v).ok_or("\\u of a surrogate is not supported")?)
             }
@@ -266,7 +286,9 @@ impl Parser<'_> {
         }
         let mut first = true;
         loop {
-            let Some(c) = self.peek() else { return Err("unclosed character class".into()) };
+            let Some(c) = self.peek() else {
+                return Err("unclosed character class".into());
+            };
             if c == ']' && !first {
                 self.i += 1;
                 break;
@@ -282,7 +304,9 @@ impl Parser<'_> {
                     Atom::Char(ch) => ch,
                     Atom::Group(_) => unreachable!("escapes are never groups"),
                 },
-                '[' if self.peek() == Some(':') => return Err("POSIX classes [:…:] are not supported".into()),
+                '[' if self.peek() == Some(':') => {
+                    return Err("POSIX classes [:…:] are not supported".into())
+                }
                 _ => c,
             };
             let mut hi = lo;
@@ -300,7 +324,9 @@ impl Parser<'_> {
                 };
             }
             if !lo.is_ascii() || !hi.is_ascii() {
-                return Err("non-ASCII characters inside a character class are not supported".into());
+                return Err(
+                    "non-ASCII characters inside a character class are not supported".into(),
+                );
             }
             if hi < lo {
                 return Err(format!("class range {lo}-{hi} is out of order"));
@@ -316,14 +342,24 @@ impl Parser<'_> {
 
 /// Compiles `pat` between the nodes `from` and `to` (the string's content: between the
 /// quotes, or the raw argument text). Err: why the pattern is refused.
-pub(crate) fn compile(b: &mut Builder, pat: &str, from: u32, to: u32, raw: bool) -> Result<(), String> {
+pub(crate) fn compile(
+    b: &mut Builder,
+    pat: &str,
+    from: u32,
+    to: u32,
+    raw: bool,
+) -> Result<(), String> {
     let mut body = pat;
     let anchored_start = body.starts_with('^');
     if anchored_start {
         body = &body[1..];
     }
     let anchored_end = body.ends_with('$') && !body.ends_with("\\$");
-    let mut p = Parser { s: body.chars().collect(), i: 0, _src: pat };
+    let mut p = Parser {
+        s: body.chars().collect(),
+        i: 0,
+        _src: pat,
+    };
     let alts = p.alt(0)?;
     if p.i < p.s.len() && !(anchored_end && p.i + 1 == p.s.len()) {
         return Err(format!("unbalanced `{}`", p.s[p.i]));
@@ -439,7 +475,10 @@ fn class(b: &mut Builder, cl: &Class, from: u32, to: u32, raw: bool) {
             continue;
         }
         let lo = c;
-        while c + 1 < 128 && cl.ascii[c + 1] && !(!raw && (c + 1 == b'"' as usize || c + 1 == b'\\' as usize)) {
+        while c + 1 < 128
+            && cl.ascii[c + 1]
+            && !(!raw && (c + 1 == b'"' as usize || c + 1 == b'\\' as usize))
+        {
             c += 1;
         }
         b.bytes(from, lo as u8, c as u8, to);
@@ -447,5 +486,57 @@ fn class(b: &mut Builder, cl: &Class, from: u32, to: u32, raw: bool) {
     }
     if cl.non_ascii {
         utf8_multibyte(b, from, to);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::grammar::Builder;
+    use super::super::pda::accepts;
+    use super::*;
+
+    fn m(pat: &str, raw: bool, text: &str) -> bool {
+        let mut b = Builder::new();
+        let (s, e) = b.rule();
+        compile(&mut b, pat, s, e, raw).unwrap();
+        accepts(&b.finish(s).unwrap(), text.as_bytes())
+    }
+
+    #[test]
+    fn anchored_subset() {
+        assert!(m("^[a-z]{2,4}-[0-9]+$", true, "abc-12"));
+        assert!(!m("^[a-z]{2,4}-[0-9]+$", true, "a-12"));
+        assert!(!m("^[a-z]{2,4}-[0-9]+$", true, "abcde-1"));
+        assert!(m("^(yes|no)$", true, "no") && !m("^(yes|no)$", true, "yesno"));
+        assert!(m("^\\d{3}(\\.\\d+)?$", true, "123.45") && !m("^\\d{3}(\\.\\d+)?$", true, "123."));
+        assert!(m("^[^,]*$", true, "é x") && !m("^[^,]*$", true, "a,b"));
+        assert!(m("^a.c$", true, "a😀c") && !m("^a.c$", true, "a\nc"));
+        assert!(m("^(?:ab)*$", true, "ababab") && !m("^(?:ab)*$", true, "aba"));
+        assert!(m("^\\w+@\\w+\\.com$", true, "me@x.com"));
+    }
+
+    #[test]
+    fn unanchored_sides_search() {
+        assert!(m("abc", true, "xxabcyy") && !m("abc", true, "xxabyy"));
+        assert!(m("^ab", true, "abzz") && !m("^ab", true, "zab"));
+    }
+
+    #[test]
+    fn json_strings_escape_what_they_must() {
+        // In a JSON string the pattern's characters are written escaped: `"` as `\"`.
+        assert!(m("^a\"b$", false, "a\\\"b") && !m("^a\"b$", false, "a\"b"));
+        assert!(m("^\\n$", false, "\\n"));
+    }
+
+    #[test]
+    fn refused_forms() {
+        let mut b = Builder::new();
+        let (s, e) = b.rule();
+        for bad in [
+            "(?=a)", "a\\1", "\\bword", "a{2,1}", "[é]", "a*+", "^a|^b", "\\p{L}", "(a", "a)",
+            "x{1001}",
+        ] {
+            assert!(compile(&mut b, bad, s, e, true).is_err(), "{bad}");
+        }
     }
 }

@@ -54,16 +54,47 @@ pub(crate) const ALL: u8 = 127;
 
 /// Keywords enforced.
 const SUPPORTED: &[&str] = &[
-    "type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
-    "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions", "minLength", "maxLength",
-    "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "prefixItems",
+    "minItems",
+    "maxItems",
+    "enum",
+    "const",
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "$ref",
+    "$defs",
+    "definitions",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
 ];
 
 /// Annotations: they never restrict values (`format` is an annotation by default in JSON
 /// Schema 2020-12 and is ignored, as issue 25 says).
 const ANNOTATIONS: &[&str] = &[
-    "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated", "readOnly",
-    "writeOnly", "format", "contentEncoding", "contentMediaType",
+    "title",
+    "description",
+    "default",
+    "examples",
+    "$schema",
+    "$id",
+    "$comment",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "format",
+    "contentEncoding",
+    "contentMediaType",
 ];
 
 fn join(path: &str, k: &str) -> String {
@@ -75,7 +106,11 @@ fn join(path: &str, k: &str) -> String {
 }
 
 fn err<T>(path: &str, keyword: &str, message: impl Into<String>) -> R<T> {
-    Err(SchemaError { path: join(path, keyword), keyword: keyword.to_string(), message: message.into() })
+    Err(SchemaError {
+        path: join(path, keyword),
+        keyword: keyword.to_string(),
+        message: message.into(),
+    })
 }
 
 /// The JSON type bit of a value.
@@ -158,9 +193,18 @@ impl Schema {
             let mut c = Compiler::new(&mut b, schema, style);
             c.top(schema, "", ALL, false)?
         };
-        let s = Schema { source: schema.clone(), style, builder: b, value };
+        let s = Schema {
+            source: schema.clone(),
+            style,
+            builder: b,
+            value,
+        };
         if s.grammar(&[]).is_none() {
-            return err("", "", "the schema admits no value (every branch is empty or recursive without end)");
+            return err(
+                "",
+                "",
+                "the schema admits no value (every branch is empty or recursive without end)",
+            );
         }
         Ok(s)
     }
@@ -169,7 +213,8 @@ impl Schema {
     pub fn any_object(style: JsonStyle) -> Schema {
         let mut src = crate::json::Object::new();
         src.insert("type", Value::String("object".into()));
-        Schema::compile(&Value::Object(src), style).unwrap_or_else(|_| unreachable!("the any-object schema compiles"))
+        Schema::compile(&Value::Object(src), style)
+            .unwrap_or_else(|_| unreachable!("the any-object schema compiles"))
     }
 
     /// The schema as given.
@@ -214,7 +259,8 @@ impl Schema {
                 if end_ids.is_empty() {
                     b.eps(s, e);
                 }
-                b.finish(s).unwrap_or_else(|| unreachable!("a grammar of end ids is productive"))
+                b.finish(s)
+                    .unwrap_or_else(|| unreachable!("a grammar of end ids is productive"))
             }
         }
     }
@@ -237,7 +283,15 @@ const MAX_SCHEMA_DEPTH: usize = 64;
 
 impl<'a> Compiler<'a> {
     pub fn new(b: &'a mut Builder, root: &'a Value, style: JsonStyle) -> Compiler<'a> {
-        Compiler { b, root, style, refs: HashMap::new(), any: None, free_string: None, depth: 0 }
+        Compiler {
+            b,
+            root,
+            style,
+            refs: HashMap::new(),
+            any: None,
+            free_string: None,
+            depth: 0,
+        }
     }
 
     fn overflow(&self, path: &str) -> R<()> {
@@ -269,7 +323,11 @@ impl<'a> Compiler<'a> {
     pub fn value(&mut self, s: &Value, path: &str, types: u8, raw: bool) -> R<Option<u32>> {
         self.depth += 1;
         let r = if self.depth > MAX_SCHEMA_DEPTH {
-            err(path, "", format!("schemas nested deeper than {MAX_SCHEMA_DEPTH} levels"))
+            err(
+                path,
+                "",
+                format!("schemas nested deeper than {MAX_SCHEMA_DEPTH} levels"),
+            )
         } else {
             self.value_inner(s, path, types, raw)
         };
@@ -283,16 +341,35 @@ impl<'a> Compiler<'a> {
             Value::Bool(true) => return Ok(self.any_of_types(types, raw)),
             Value::Bool(false) => return Ok(None),
             Value::Object(o) => o,
-            _ => return err(path, "", format!("a schema must be an object or a boolean, not {}", s.type_name())),
+            _ => {
+                return err(
+                    path,
+                    "",
+                    format!(
+                        "a schema must be an object or a boolean, not {}",
+                        s.type_name()
+                    ),
+                )
+            }
         };
         for (k, _) in o.iter() {
             if !SUPPORTED.contains(&k) && !ANNOTATIONS.contains(&k) {
-                return err(path, k, format!("keyword `{k}` is not supported (docs/structured-output.md lists what is)"));
+                return err(
+                    path,
+                    k,
+                    format!(
+                        "keyword `{k}` is not supported (docs/structured-output.md lists what is)"
+                    ),
+                );
             }
         }
         let only = |allowed: &[&str], why: &str| -> R<()> {
             for (k, _) in o.iter() {
-                if !allowed.contains(&k) && !ANNOTATIONS.contains(&k) && k != "$defs" && k != "definitions" {
+                if !allowed.contains(&k)
+                    && !ANNOTATIONS.contains(&k)
+                    && k != "$defs"
+                    && k != "definitions"
+                {
                     return err(path, k, format!("`{k}` beside `{why}` is not supported"));
                 }
             }
@@ -300,14 +377,22 @@ impl<'a> Compiler<'a> {
         };
         if let Some(r) = o.get("$ref") {
             only(&["$ref"], "$ref")?;
-            let Some(r) = r.as_str() else { return err(path, "$ref", "must be a string") };
+            let Some(r) = r.as_str() else {
+                return err(path, "$ref", "must be a string");
+            };
             return self.reference(r, &join(path, "$ref"), types, raw);
         }
         if let Some(a) = o.get("allOf") {
             only(&["allOf"], "allOf")?;
             match a.as_array() {
                 Some([one]) => return self.value(one, &join(path, "allOf.0"), types, raw),
-                _ => return err(path, "allOf", "only an allOf of exactly one schema is supported"),
+                _ => {
+                    return err(
+                        path,
+                        "allOf",
+                        "only an allOf of exactly one schema is supported",
+                    )
+                }
             }
         }
         for kw in ["anyOf", "oneOf"] {
@@ -321,7 +406,9 @@ impl<'a> Compiler<'a> {
                 }
                 let mut rules = Vec::new();
                 for (i, br) in branches.iter().enumerate() {
-                    if let Some(r) = self.value(br, &join(path, &format!("{kw}.{i}")), types, raw)? {
+                    if let Some(r) =
+                        self.value(br, &join(path, &format!("{kw}.{i}")), types, raw)?
+                    {
                         rules.push(r);
                     }
                 }
@@ -339,17 +426,31 @@ impl<'a> Compiler<'a> {
                 for t in ts {
                     match t.as_str().and_then(type_bits) {
                         Some(b) => bits |= b,
-                        None => return err(path, "type", "every entry of a type list must be a known type name"),
+                        None => {
+                            return err(
+                                path,
+                                "type",
+                                "every entry of a type list must be a known type name",
+                            )
+                        }
                     }
                 }
                 Some(bits)
             }
-            Some(_) => return err(path, "type", "must be a type name or a non-empty list of them"),
+            Some(_) => {
+                return err(
+                    path,
+                    "type",
+                    "must be a type name or a non-empty list of them",
+                )
+            }
         };
         if o.get("const").is_some() || o.get("enum").is_some() {
             only(&["const", "enum", "type"], "const/enum")?;
             let values: Vec<&Value> = match (o.get("const"), o.get("enum")) {
-                (Some(_), Some(_)) => return err(path, "enum", "`enum` beside `const` is not supported"),
+                (Some(_), Some(_)) => {
+                    return err(path, "enum", "`enum` beside `const` is not supported")
+                }
                 (Some(c), None) => vec![c],
                 (None, Some(Value::Array(a))) if !a.is_empty() => a.iter().collect(),
                 _ => return err(path, "enum", "must be a non-empty array"),
@@ -459,7 +560,9 @@ impl<'a> Compiler<'a> {
             return Err(SchemaError {
                 path: path.to_string(),
                 keyword: "$ref".into(),
-                message: format!("{r:?} names nothing in this schema (supported: \"#\" and \"#/…\" pointers)"),
+                message: format!(
+                    "{r:?} names nothing in this schema (supported: \"#\" and \"#/…\" pointers)"
+                ),
             });
         };
         let (s, e) = self.b.rule();
@@ -616,9 +719,15 @@ impl<'a> Compiler<'a> {
         let (s, e) = self.b.rule();
         if let Some(p) = o.get("pattern") {
             if o.get("minLength").is_some() || o.get("maxLength").is_some() {
-                return err(path, "pattern", "`pattern` together with minLength/maxLength is not supported");
+                return err(
+                    path,
+                    "pattern",
+                    "`pattern` together with minLength/maxLength is not supported",
+                );
             }
-            let Some(p) = p.as_str() else { return err(path, "pattern", "must be a string") };
+            let Some(p) = p.as_str() else {
+                return err(path, "pattern", "must be a string");
+            };
             let (from, to) = if raw {
                 (s, e)
             } else {
@@ -695,7 +804,13 @@ impl<'a> Compiler<'a> {
             let h2low = b.node();
             let h3 = b.node();
             let h4 = b.node();
-            for (lo, hi) in [(b'0', b'9'), (b'a', b'c'), (b'A', b'C'), (b'e', b'f'), (b'E', b'F')] {
+            for (lo, hi) in [
+                (b'0', b'9'),
+                (b'a', b'c'),
+                (b'A', b'C'),
+                (b'e', b'f'),
+                (b'E', b'F'),
+            ] {
                 b.bytes(u, lo, hi, h2);
             }
             b.byte(u, b'd', h2low);
@@ -760,7 +875,11 @@ impl<'a> Compiler<'a> {
         for kw in ["minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"] {
             let Some(v) = o.get(kw) else { continue };
             let Some(n) = v.as_number() else {
-                return err(path, kw, "must be a number (the boolean form of draft 4 is not supported)");
+                return err(
+                    path,
+                    kw,
+                    "must be a number (the boolean form of draft 4 is not supported)",
+                );
             };
             let x = n.as_f64();
             if !x.is_finite() {
@@ -769,7 +888,9 @@ impl<'a> Compiler<'a> {
             // Inward to integers: bounds are enforced on the integer part, digit by digit.
             match kw {
                 "minimum" => lo = Some(lo.map_or(x.ceil(), |l: f64| l.max(x.ceil()))),
-                "exclusiveMinimum" => lo = Some(lo.map_or(x.floor() + 1.0, |l: f64| l.max(x.floor() + 1.0))),
+                "exclusiveMinimum" => {
+                    lo = Some(lo.map_or(x.floor() + 1.0, |l: f64| l.max(x.floor() + 1.0)))
+                }
                 "maximum" => hi = Some(hi.map_or(x.floor(), |h: f64| h.min(x.floor()))),
                 _ => hi = Some(hi.map_or(x.ceil() - 1.0, |h: f64| h.min(x.ceil() - 1.0))),
             }
@@ -779,8 +900,12 @@ impl<'a> Compiler<'a> {
         }
         // Clamp far bounds inward to what the digit automaton handles (a subset: sound).
         const BIG: f64 = 9.0e18;
-        let lo = lo.map(|l| l.clamp(-BIG, BIG) as i128).unwrap_or(-(BIG as i128));
-        let hi = hi.map(|h| h.clamp(-BIG, BIG) as i128).unwrap_or(BIG as i128);
+        let lo = lo
+            .map(|l| l.clamp(-BIG, BIG) as i128)
+            .unwrap_or(-(BIG as i128));
+        let hi = hi
+            .map(|h| h.clamp(-BIG, BIG) as i128)
+            .unwrap_or(BIG as i128);
         if lo > hi {
             return Ok(None);
         }
@@ -794,7 +919,13 @@ impl<'a> Compiler<'a> {
         if lo < 0 {
             let neg = self.b.node();
             self.b.byte(s, b'-', neg);
-            let a = if hi < 0 { (-hi) as u128 } else if int_only { 1 } else { 0 };
+            let a = if hi < 0 {
+                (-hi) as u128
+            } else if int_only {
+                1
+            } else {
+                0
+            };
             self.magnitude(neg, e, a, (-lo) as u128, !int_only);
         }
         Ok(Some(s))
@@ -845,7 +976,13 @@ impl<'a> Compiler<'a> {
         }
         let item = match o.get("items") {
             None => Some(self.any()),
-            Some(Value::Array(_)) => return err(path, "items", "an array `items` (draft 4) is not supported; use prefixItems"),
+            Some(Value::Array(_)) => {
+                return err(
+                    path,
+                    "items",
+                    "an array `items` (draft 4) is not supported; use prefixItems",
+                )
+            }
             Some(it) => self.value(it, &join(path, "items"), ALL, false)?,
         };
         let k = prefix_rules.len() as u64;
@@ -870,14 +1007,22 @@ impl<'a> Compiler<'a> {
             if max == Some(i) {
                 break;
             }
-            let rule = if i < k { prefix_rules[i as usize] } else { item.unwrap_or(0) };
+            let rule = if i < k {
+                prefix_rules[i as usize]
+            } else {
+                item.unwrap_or(0)
+            };
             if i >= k && i >= min && max.is_none() && i > 0 {
                 // From here on: (, item)* — a loop.
                 let sep = self.b.lit(cur, self.comma());
                 self.b.call(sep, rule, cur);
                 break;
             }
-            let from = if i > 0 { self.b.lit(cur, self.comma()) } else { cur };
+            let from = if i > 0 {
+                self.b.lit(cur, self.comma())
+            } else {
+                cur
+            };
             let next = self.b.node();
             self.b.call(from, rule, next);
             cur = next;
@@ -896,11 +1041,19 @@ impl<'a> Compiler<'a> {
         };
         let mut required: Vec<&str> = Vec::new();
         if let Some(r) = o.get("required") {
-            let Some(a) = r.as_array() else { return err(path, "required", "must be an array of names") };
+            let Some(a) = r.as_array() else {
+                return err(path, "required", "must be an array of names");
+            };
             for n in a {
-                let Some(n) = n.as_str() else { return err(path, "required", "must be an array of names") };
+                let Some(n) = n.as_str() else {
+                    return err(path, "required", "must be an array of names");
+                };
                 if !props.iter().any(|(k, _)| *k == n) {
-                    return err(path, "required", format!("{n:?} is required but not in `properties` (not supported)"));
+                    return err(
+                        path,
+                        "required",
+                        format!("{n:?} is required but not in `properties` (not supported)"),
+                    );
                 }
                 required.push(n);
             }
@@ -908,16 +1061,22 @@ impl<'a> Compiler<'a> {
         let additional = o.get("additionalProperties");
         if let Some(a) = additional {
             if !matches!(a, Value::Bool(_) | Value::Object(_)) {
-                return err(path, "additionalProperties", "must be a boolean or a schema");
+                return err(
+                    path,
+                    "additionalProperties",
+                    "must be a boolean or a schema",
+                );
             }
         }
         if props.is_empty() && !matches!(additional, Some(Value::Bool(false))) {
             // A map: free keys, values of `additionalProperties` (any when absent or true).
             let value = match additional {
-                Some(a @ Value::Object(_)) => match self.value(a, &join(path, "additionalProperties"), ALL, false)? {
-                    Some(v) => v,
-                    None => return Ok(Some(self.lit_rule(b"{}"))),
-                },
+                Some(a @ Value::Object(_)) => {
+                    match self.value(a, &join(path, "additionalProperties"), ALL, false)? {
+                        Some(v) => v,
+                        None => return Ok(Some(self.lit_rule(b"{}"))),
+                    }
+                }
                 _ => self.any(),
             };
             return Ok(Some(self.object_of(value)));
@@ -1010,7 +1169,13 @@ pub(crate) fn digits(b: &mut Builder, from: u32, to: u32, a: u128, hi: u128) {
         let lo_l = if l == 1 { 0 } else { 10u128.pow(l as u32 - 1) }.max(a);
         let hi_l = (10u128.pow(l as u32) - 1).min(hi);
         if lo_l <= hi_l {
-            fixed(b, from, to, lo_l.to_string().as_bytes(), hi_l.to_string().as_bytes());
+            fixed(
+                b,
+                from,
+                to,
+                lo_l.to_string().as_bytes(),
+                hi_l.to_string().as_bytes(),
+            );
         }
     }
 }
@@ -1141,9 +1306,21 @@ fn listed(o: &crate::json::Object) -> Option<Vec<String>> {
 }
 
 fn sig(root: &Value, s: &Value, depth: usize) -> Sig {
-    let any = Sig { types: ALL, values: None, tags: Vec::new() };
+    let any = Sig {
+        types: ALL,
+        values: None,
+        tags: Vec::new(),
+    };
     let Value::Object(o) = s else {
-        return if matches!(s, Value::Bool(false)) { Sig { types: 0, values: Some(Vec::new()), tags: Vec::new() } } else { any };
+        return if matches!(s, Value::Bool(false)) {
+            Sig {
+                types: 0,
+                values: Some(Vec::new()),
+                tags: Vec::new(),
+            }
+        } else {
+            any
+        };
     };
     if depth > 16 {
         return any;
@@ -1160,7 +1337,11 @@ fn sig(root: &Value, s: &Value, depth: usize) -> Sig {
             for b in a {
                 t |= sig(root, b, depth + 1).types;
             }
-            return Sig { types: t, values: None, tags: Vec::new() };
+            return Sig {
+                types: t,
+                values: None,
+                tags: Vec::new(),
+            };
         }
     }
     if let Some(values) = listed(o) {
@@ -1173,21 +1354,34 @@ fn sig(root: &Value, s: &Value, depth: usize) -> Sig {
         for v in vals {
             t |= type_of(v);
         }
-        return Sig { types: t, values: Some(values), tags: Vec::new() };
+        return Sig {
+            types: t,
+            values: Some(values),
+            tags: Vec::new(),
+        };
     }
     let types = match o.get("type") {
         Some(Value::String(t)) => type_bits(t).unwrap_or(ALL),
-        Some(Value::Array(ts)) => ts.iter().filter_map(|t| t.as_str().and_then(type_bits)).fold(0, |a, b| a | b),
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .filter_map(|t| t.as_str().and_then(type_bits))
+            .fold(0, |a, b| a | b),
         _ => ALL,
     };
     let mut tags = Vec::new();
-    if let (Some(Value::Object(p)), Some(Value::Array(req))) = (o.get("properties"), o.get("required")) {
+    if let (Some(Value::Object(p)), Some(Value::Array(req))) =
+        (o.get("properties"), o.get("required"))
+    {
         for (k, v) in p.iter() {
             if !req.iter().any(|r| r.as_str() == Some(k)) {
                 continue;
             }
             let v = match v {
-                Value::Object(vo) => vo.get("$ref").and_then(|r| r.as_str()).and_then(|r| resolve(root, r)).unwrap_or(v),
+                Value::Object(vo) => vo
+                    .get("$ref")
+                    .and_then(|r| r.as_str())
+                    .and_then(|r| resolve(root, r))
+                    .unwrap_or(v),
                 _ => v,
             };
             if let Some(vals) = v.as_object().and_then(listed) {
@@ -1195,5 +1389,186 @@ fn sig(root: &Value, s: &Value, depth: usize) -> Sig {
             }
         }
     }
-    Sig { types, values: None, tags }
+    Sig {
+        types,
+        values: None,
+        tags,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::pda::accepts;
+    use super::*;
+
+    fn compile(text: &str) -> Result<Schema, SchemaError> {
+        Schema::compile(
+            &crate::json::parse(text.as_bytes()).unwrap(),
+            JsonStyle::Compact,
+        )
+    }
+
+    fn admits(s: &Schema, text: &str) -> bool {
+        accepts(&s.plain_grammar(&[]), text.as_bytes())
+    }
+
+    #[test]
+    fn integer_bounds_digit_by_digit() {
+        let s = compile(r#"{"type":"integer","minimum":-20,"maximum":999}"#).unwrap();
+        for ok in ["-20", "-1", "0", "5", "99", "999", "100"] {
+            assert!(admits(&s, ok), "{ok}");
+        }
+        for bad in ["-21", "1000", "05", "-0", "1.5", "1e2", "-", ""] {
+            assert!(!admits(&s, bad), "{bad}");
+        }
+        let s =
+            compile(r#"{"type":"integer","exclusiveMinimum":10,"exclusiveMaximum":20}"#).unwrap();
+        assert!(admits(&s, "11") && admits(&s, "19") && !admits(&s, "10") && !admits(&s, "20"));
+    }
+
+    #[test]
+    fn number_bounds_keep_fractions_inside() {
+        let s = compile(r#"{"type":"number","minimum":0,"maximum":1}"#).unwrap();
+        for ok in ["0", "0.5", "1", "0.999"] {
+            assert!(admits(&s, ok), "{ok}");
+        }
+        for bad in ["1.5", "-0.5", "2", "1.0e1"] {
+            assert!(!admits(&s, bad), "{bad}");
+        }
+        let s = compile(r#"{"type":"number","minimum":-2.5,"maximum":-1}"#).unwrap();
+        assert!(
+            admits(&s, "-2")
+                && admits(&s, "-1.5")
+                && admits(&s, "-1")
+                && !admits(&s, "-0.5")
+                && !admits(&s, "-3")
+        );
+        assert!(compile(r#"{"type":"integer","minimum":3,"maximum":2}"#).is_err());
+    }
+
+    #[test]
+    fn strings_count_characters_and_escapes() {
+        let s = compile(r#"{"type":"string","minLength":1,"maxLength":2}"#).unwrap();
+        for ok in [
+            "\"a\"",
+            "\"é\"",
+            "\"ab\"",
+            "\"\\n\"",
+            "\"\\u00e9x\"",
+            "\"😀\"",
+        ] {
+            assert!(admits(&s, ok), "{ok}");
+        }
+        for bad in [
+            "\"\"",
+            "\"abc\"",
+            "\"\n\"",
+            "\"\\ud800\"",
+            "\"\\x\"",
+            "\"\u{7}\"",
+        ] {
+            assert!(!admits(&s, bad), "{bad}");
+        }
+        // Bytes that are not well-formed UTF-8 never get in.
+        let g = s.plain_grammar(&[]);
+        assert!(!accepts(&g, b"\"\xc0\x80\""));
+        assert!(!accepts(&g, b"\"\xed\xa0\x80\""));
+    }
+
+    #[test]
+    fn objects_in_schema_order_with_optional_commas() {
+        let s = compile(
+            r#"{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"boolean"},"c":{"type":"null"}},"required":["b"]}"#,
+        )
+        .unwrap();
+        for ok in [
+            r#"{"b":true}"#,
+            r#"{"a":1,"b":false}"#,
+            r#"{"b":true,"c":null}"#,
+            r#"{"a":-3,"b":true,"c":null}"#,
+        ] {
+            assert!(admits(&s, ok), "{ok}");
+        }
+        for bad in [
+            r#"{}"#,
+            r#"{"a":1}"#,
+            r#"{"b":true,"a":1}"#,
+            r#"{,"b":true}"#,
+            r#"{"b":true,}"#,
+            r#"{"b": true}"#,
+        ] {
+            assert!(!admits(&s, bad), "{bad}");
+        }
+        let t = Schema::compile(s.source(), JsonStyle::Template).unwrap();
+        assert!(admits(&t, r#"{"a": 1, "b": false}"#) && !admits(&t, r#"{"a":1,"b":false}"#));
+    }
+
+    #[test]
+    fn arrays_with_bounds_and_prefix() {
+        let s = compile(r#"{"type":"array","items":{"type":"integer","minimum":0,"maximum":9},"minItems":1,"maxItems":3}"#).unwrap();
+        assert!(admits(&s, "[1]") && admits(&s, "[1,2,3]"));
+        assert!(!admits(&s, "[]") && !admits(&s, "[1,2,3,4]") && !admits(&s, "[10]"));
+        let s = compile(
+            r#"{"type":"array","prefixItems":[{"type":"string"},{"const":5}],"items":false}"#,
+        )
+        .unwrap();
+        assert!(
+            admits(&s, "[]")
+                && admits(&s, "[\"x\"]")
+                && admits(&s, "[\"x\",5]")
+                && !admits(&s, "[\"x\",5,5]")
+        );
+        let s = compile(r#"{"type":"array"}"#).unwrap();
+        assert!(admits(&s, r#"[1,"a",[null,{"k":true}],-2.5e3]"#));
+    }
+
+    #[test]
+    fn enum_const_anyof_ref_recursion() {
+        let s = compile(r#"{"enum":["a\"b",1,null,[1,2],{"x":false}]}"#).unwrap();
+        for ok in [r#""a\"b""#, "1", "null", "[1,2]", r#"{"x":false}"#] {
+            assert!(admits(&s, ok), "{ok}");
+        }
+        assert!(!admits(&s, "2"));
+        let s =
+            compile(r#"{"anyOf":[{"type":"string","maxLength":1},{"type":"integer"}]}"#).unwrap();
+        assert!(admits(&s, "\"x\"") && admits(&s, "42") && !admits(&s, "\"xy\""));
+        let s = compile(
+            r##"{"definitions":{"l":{"anyOf":[{"type":"null"},{"type":"object","properties":{"next":{"$ref":"#/definitions/l"}},"required":["next"]}]}},"$ref":"#/definitions/l"}"##,
+        )
+        .unwrap();
+        assert!(
+            admits(&s, "null")
+                && admits(&s, r#"{"next":{"next":null}}"#)
+                && !admits(&s, r#"{"next":{}}"#)
+        );
+    }
+
+    #[test]
+    fn refusals_name_the_keyword_path() {
+        let e = compile(
+            r#"{"type":"object","properties":{"name":{"type":"string","pattern":"(?=x)"}}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(
+            (e.path.as_str(), e.keyword.as_str()),
+            ("properties.name.pattern", "pattern")
+        );
+        let e = compile(r#"{"type":"strin"}"#).unwrap_err();
+        assert_eq!(e.path, "type");
+        let e = compile(r##"{"properties":{"a":{"$ref":"#/$defs/nope"}}}"##).unwrap_err();
+        assert_eq!(e.path, "properties.a.$ref");
+        let e = compile(r#"{"type":"object","properties":{"a":{"not":{}}}}"#).unwrap_err();
+        assert_eq!(e.path, "properties.a.not");
+        let e = compile(r#"{"oneOf":[{"type":"integer"},{"type":"number"}]}"#).unwrap_err();
+        assert_eq!(e.keyword, "oneOf");
+        assert!(compile(r#"{"oneOf":[{"type":"integer"},{"type":"string"}]}"#).is_ok());
+        assert!(compile(r#"{"oneOf":[{"const":1},{"const":2}]}"#).is_ok());
+        assert!(compile(r#"{"oneOf":[{"type":"object","properties":{"k":{"const":"a"}},"required":["k"]},{"type":"object","properties":{"k":{"const":"b"}},"required":["k"]}]}"#).is_ok());
+        assert!(compile("3").is_err());
+        assert!(compile(r##"{"$ref":"#"}"##).is_err(), "admits no value");
+        let e = compile(r#"{"type":"string","maxLength":100000}"#).unwrap_err();
+        assert!(e.message.contains("too large"), "{e}");
+        let e = compile(r#"{"type":"object","required":["x"]}"#).unwrap_err();
+        assert_eq!(e.path, "required");
+    }
 }

@@ -60,7 +60,9 @@ impl Vocabulary {
             bytes.extend_from_slice(t);
             offsets.push(bytes.len() as u32);
         }
-        let mut order: Vec<u32> = (0..tokens.len() as u32).filter(|&i| !tokens[i as usize].is_empty()).collect();
+        let mut order: Vec<u32> = (0..tokens.len() as u32)
+            .filter(|&i| !tokens[i as usize].is_empty())
+            .collect();
         order.sort_by(|&a, &b| tokens[a as usize].cmp(tokens[b as usize]).then(a.cmp(&b)));
         // Preorder trie from the sorted strings: the path of open nodes is the previous
         // string's prefix; each new string closes the nodes past the common prefix.
@@ -87,7 +89,12 @@ impl Vocabulary {
             }
             for (d, &b) in t.iter().enumerate().skip(common) {
                 path.push(trie.len());
-                trie.push(TrieNode { byte: b, depth: d as u16 + 1, id: NO_ID, end: 0 });
+                trie.push(TrieNode {
+                    byte: b,
+                    depth: d as u16 + 1,
+                    id: NO_ID,
+                    end: 0,
+                });
             }
             let last = *path.last().unwrap_or(&0);
             trie[last].id = id;
@@ -96,7 +103,15 @@ impl Vocabulary {
         for &open in &path {
             trie[open].end = trie.len() as u32;
         }
-        Vocabulary { trie, aliases, bytes, offsets, specials, size, max_len }
+        Vocabulary {
+            trie,
+            aliases,
+            bytes,
+            offsets,
+            specials,
+            size,
+            max_len,
+        }
     }
 
     /// The vocabulary size V.
@@ -133,7 +148,11 @@ mod tests {
     fn preorder_with_skip_links() {
         let toks: Vec<&[u8]> = vec![b"ab", b"a", b"b", b"abc", b"ac"];
         let v = Vocabulary::from_tokens(&toks, vec![9], 10);
-        let s: Vec<(u8, u16, u32, u32)> = v.trie.iter().map(|n| (n.byte, n.depth, n.id, n.end)).collect();
+        let s: Vec<(u8, u16, u32, u32)> = v
+            .trie
+            .iter()
+            .map(|n| (n.byte, n.depth, n.id, n.end))
+            .collect();
         assert_eq!(
             s,
             vec![

@@ -121,36 +121,81 @@ fn attr(v: &str) -> String {
 /// The rule of one tool's arguments (between the call's `<|sep|>` and its close).
 fn arguments(x: &mut X, name: &str, params: &Value) -> Result<u32, SchemaError> {
     let tool_err = |path: &str, kw: &str, m: String| SchemaError {
-        path: format!("tools.{name}.parameters{}{path}", if path.is_empty() { "" } else { "." }),
+        path: format!(
+            "tools.{name}.parameters{}{path}",
+            if path.is_empty() { "" } else { "." }
+        ),
         keyword: kw.to_string(),
         message: m,
     };
     let mut target = params;
     if let Some(r) = params.get("$ref").and_then(|r| r.as_str()) {
-        target = schema::resolve(params, r).ok_or_else(|| tool_err("$ref", "$ref", format!("{r:?} names nothing")))?;
+        target = schema::resolve(params, r)
+            .ok_or_else(|| tool_err("$ref", "$ref", format!("{r:?} names nothing")))?;
     }
     let o = target
         .as_object()
         .filter(|o| o.get("type").is_none_or(|t| t.as_str() == Some("object")))
-        .ok_or_else(|| tool_err("", "type", "a tool's parameters must be an object schema".into()))?;
+        .ok_or_else(|| {
+            tool_err(
+                "",
+                "type",
+                "a tool's parameters must be an object schema".into(),
+            )
+        })?;
     for (k, _) in o.iter() {
-        if !["type", "properties", "required", "additionalProperties", "$defs", "definitions", "title", "description", "$schema", "$id", "$comment", "$ref"].contains(&k) {
-            return Err(tool_err(k, k, format!("keyword `{k}` on a tool's parameters object is not supported")));
+        if ![
+            "type",
+            "properties",
+            "required",
+            "additionalProperties",
+            "$defs",
+            "definitions",
+            "title",
+            "description",
+            "$schema",
+            "$id",
+            "$comment",
+            "$ref",
+        ]
+        .contains(&k)
+        {
+            return Err(tool_err(
+                k,
+                k,
+                format!("keyword `{k}` on a tool's parameters object is not supported"),
+            ));
         }
     }
     let props: Vec<(&str, &Value)> = match o.get("properties") {
         None => Vec::new(),
         Some(Value::Object(p)) => p.iter().collect(),
-        Some(_) => return Err(tool_err("properties", "properties", "must be an object".into())),
+        Some(_) => {
+            return Err(tool_err(
+                "properties",
+                "properties",
+                "must be an object".into(),
+            ))
+        }
     };
     let required: Vec<&str> = match o.get("required") {
         None => Vec::new(),
         Some(Value::Array(a)) => a.iter().filter_map(|v| v.as_str()).collect(),
-        Some(_) => return Err(tool_err("required", "required", "must be an array of names".into())),
+        Some(_) => {
+            return Err(tool_err(
+                "required",
+                "required",
+                "must be an array of names".into(),
+            ))
+        }
     };
     for r in &required {
         if !props.iter().any(|(k, _)| k == r) {
-            return Err(tool_err("required", "required", format!("{r:?} is required but not in `properties`")));
+            return Err(tool_err(
+                "required",
+                "required",
+                format!("{r:?} is required but not in `properties`"),
+            ));
         }
     }
     let (s, e) = x.b.rule();
@@ -169,10 +214,12 @@ fn arguments(x: &mut X, name: &str, params: &Value) -> Result<u32, SchemaError> 
                 (schema::OBJ, "object"),
                 (schema::ARR, "array"),
             ] {
-                let v = c.value(sch, &path, t, t == schema::STR).map_err(|e| SchemaError {
-                    path: format!("tools.{name}.parameters.{}", e.path),
-                    ..e
-                })?;
+                let v = c
+                    .value(sch, &path, t, t == schema::STR)
+                    .map_err(|e| SchemaError {
+                        path: format!("tools.{name}.parameters.{}", e.path),
+                        ..e
+                    })?;
                 if let Some(v) = v {
                     alts.push((tname, v));
                 }
@@ -180,7 +227,11 @@ fn arguments(x: &mut X, name: &str, params: &Value) -> Result<u32, SchemaError> 
         }
         if alts.is_empty() {
             if req {
-                return Err(tool_err(&path, "", format!("argument {key:?} admits no value")));
+                return Err(tool_err(
+                    &path,
+                    "",
+                    format!("argument {key:?} admits no value"),
+                ));
             }
             continue;
         }
@@ -209,10 +260,16 @@ fn arguments(x: &mut X, name: &str, params: &Value) -> Result<u32, SchemaError> 
 
 /// The grammar of one reply (see the module comment).
 pub(crate) fn reply_grammar(spec: &ReplySpec, sp: &Specials) -> Result<Grammar, SchemaError> {
-    let mut x = X { b: Builder::new(), sp };
+    let mut x = X {
+        b: Builder::new(),
+        sp,
+    };
     let (s, e) = x.b.rule();
     let mut cur = s;
-    let at_once = matches!(spec.tool_choice, ToolChoice::Required | ToolChoice::Named(_));
+    let at_once = matches!(
+        spec.tool_choice,
+        ToolChoice::Required | ToolChoice::Named(_)
+    );
     if let ToolChoice::Named(n) = &spec.tool_choice {
         if !spec.tools.iter().any(|(t, _)| t == n) {
             return Err(SchemaError {
@@ -298,7 +355,10 @@ pub(crate) fn reply_grammar(spec: &ReplySpec, sp: &Specials) -> Result<Grammar, 
         return Err(SchemaError {
             path: String::new(),
             keyword: String::new(),
-            message: format!("the tools and schemas are too large to enforce (more than {} automaton states)", super::grammar::MAX_NODES),
+            message: format!(
+                "the tools and schemas are too large to enforce (more than {} automaton states)",
+                super::grammar::MAX_NODES
+            ),
         });
     }
     x.b.finish(s).ok_or_else(|| SchemaError {
