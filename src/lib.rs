@@ -43,6 +43,7 @@ pub mod chat;
 pub mod checkpoint;
 pub mod cli;
 pub mod config;
+pub mod constrain;
 pub mod digest;
 pub mod draft;
 pub mod error;

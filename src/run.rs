@@ -11,6 +11,7 @@ use crate::census::Census;
 use crate::checkpoint::TensorIndex;
 use crate::config::Config;
 use crate::error::Result;
+use crate::generate::guide::Constraints;
 use crate::generate::sample::SamplerSettings;
 pub use crate::generate::session::Progress;
 use crate::generate::session::{Sequence, SequenceOptions, Session, StepEvent};
@@ -80,6 +81,10 @@ pub struct DecodeOptions<'a> {
     pub capacity: usize,
     /// A loaded state to continue (`--load-state`): its pending id and then `ids` run first.
     pub resume: Option<&'a SequenceState>,
+    /// The constraints of the generated ids (ENGINE.md §8; `--json-schema`). Continuing a
+    /// loaded state with no new ids, they are replayed over the ids its earlier runs
+    /// generated, so the output goes on where it stood.
+    pub constraints: Constraints,
 }
 
 /// The session of the main job: the bound model over the streamed trunk and the (traced)
@@ -201,6 +206,15 @@ pub fn decode(
             Some(st) => Sequence::from_state(&sess.model, st, ids, o.capacity, so)?,
             None => sess.sequence(ids, o.capacity, so)?,
         };
+        let list = o.constraints.clone().0;
+        match o.resume {
+            Some(st) if ids.is_empty() => {
+                let all: Vec<u32> = st.ids.iter().copied().chain([st.pending]).collect();
+                let n = (st.generated.min(all.len() as u64)) as usize;
+                seq.set_constraints_after(list, &all[all.len() - n..])?;
+            }
+            _ => seq.set_constraints(list),
+        }
         let prefilled = seq.ids().len() - seq.state().n_pos;
         sess.prefill(&mut seq, progress, &mut |rows| out.logits(rows))?;
         if let Some(s) = rep.state.as_mut() {

@@ -13,6 +13,7 @@ fn check(e: &api::ApiError) {
     assert!(err.get("type").and_then(|t| t.as_str()).is_some());
 }
 
+
 fuzz_target!(|data: &[u8]| {
     let tok = tokenizer();
     let lim = limits(tok);

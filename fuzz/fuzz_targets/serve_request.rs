@@ -10,6 +10,7 @@ fn check(e: &api::ApiError) {
     refusal(e, &e.body());
 }
 
+
 fuzz_target!(|data: &[u8]| {
     let tok = tokenizer();
     let lim = limits(tok);

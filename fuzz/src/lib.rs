@@ -25,7 +25,14 @@ pub fn limits(tok: &Tokenizer) -> Limits {
         defaults: k3::generate::defaults::chat_defaults(std::path::Path::new("/nonexistent"))
             .expect("the fixed defaults"),
         sign_key: b"fuzz".to_vec(),
+        vocabulary: vocab_cell(),
     }
+}
+
+/// One vocabulary of structured output for every input (built on the first that asks).
+fn vocab_cell() -> k3::serve::api::constraint::VocabCell {
+    static CELL: OnceLock<k3::serve::api::constraint::VocabCell> = OnceLock::new();
+    CELL.get_or_init(Default::default).clone()
 }
 
 /// A refusal is a 4xx whose body (`body`, in the API's own shape) is JSON with

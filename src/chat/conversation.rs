@@ -41,6 +41,24 @@ pub struct ConversationOptions {
     pub end_ids: Vec<u32>,
     /// The vocabulary size V (for the stop rules).
     pub vocab: usize,
+    /// Structured output (`--json-schema`, `--tools`): each reply is constrained to the
+    /// request's response format and declared tools ([`super::structured`]).
+    pub structured: Option<Structured>,
+}
+
+/// What a chat's constraints walk: the vocabulary and the template's specials.
+#[derive(Clone)]
+pub struct Structured {
+    /// The vocabulary trie (built once).
+    pub vocab: std::sync::Arc<crate::constrain::Vocabulary>,
+    /// `<|open|>`, `<|close|>`, `<|sep|>`, the end ids.
+    pub specials: crate::constrain::Specials,
+}
+
+impl std::fmt::Debug for Structured {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Structured {{ specials: {:?} }}", self.specials)
+    }
 }
 
 /// Why a reply ended.
@@ -288,6 +306,11 @@ impl Conversation {
                 }
             }
         };
+        if let Err(e) = self.constrain(&mut seq, partial) {
+            self.seq = Some(seq);
+            self.restore_mark(mark)?;
+            return Err(e);
+        }
         let mut disk = self.disk.take();
         let res = self.run_reply(sess, tok, &mut seq, obs, partial, disk.as_mut());
         self.disk = disk;
@@ -318,6 +341,30 @@ impl Conversation {
                 Err(e)
             }
         }
+    }
+
+    /// Sets the turn's constraints (none without structured output, or when the reply
+    /// continues a partial message: no constraint starts inside one).
+    ///
+    /// Errors (exit 2): a schema of the request the engine cannot enforce.
+    fn constrain(&self, seq: &mut Sequence, partial: bool) -> Result<()> {
+        let Some(st) = &self.opts.structured else {
+            return Ok(());
+        };
+        let thinking = self.req.thinking != Thinking::Off;
+        let spec = super::structured::reply_spec(&self.req, thinking)
+            .map_err(|r| Error::invalid(format!("structured output: {r:?}")))?;
+        let list = match spec {
+            Some(spec) if !partial => {
+                vec![
+                    crate::constrain::reply(&spec, st.vocab.clone(), &st.specials)
+                        .map_err(|e| Error::invalid(format!("structured output: {e}")))?,
+                ]
+            }
+            _ => Vec::new(),
+        };
+        seq.set_constraints(list);
+        Ok(())
     }
 
     /// Prefill, then steps until a stop rule or the observer's interrupt.

@@ -12,6 +12,7 @@ pub mod jsontext;
 pub mod message;
 pub mod messages;
 pub mod reply;
+pub mod structured;
 pub mod template;
 
 pub use message::{Arguments, Message, Role, ToolCall};

@@ -37,6 +37,7 @@ const CHAT_SPECS: &[Spec] = &[
     Spec::Value("messages"),
     Spec::Value("prefix-cache"),
     Spec::Value("prefix-cache-gb"),
+    Spec::Value("json-schema"),
 ];
 
 /// The run options chat takes (memory, compute, sampling, the context), as the run spells them.
@@ -84,6 +85,7 @@ usage: k3 chat <model_dir> [options]
   pipe every line is a message, answered in turn, and k3 exits at the end of input.
   --system TEXT | --system-file PATH   the system prompt (a file's last line ending is
                        dropped: an editor ends a file with one)
+  --json-schema FILE   each reply's response is one JSON value of this schema (constrained)
   --tools FILE         a JSON array of tools; the model's calls are printed as JSON lines and
                        the next line (or /result FILE) is the tool's result
   --thinking EFFORT|off   thinking effort low, high or max (default max), or off
@@ -112,6 +114,8 @@ usage: k3 chat <model_dir> [options]
 /// The chat's own flags, checked before the model is opened.
 struct ChatFlags {
     req: Request,
+    /// `--json-schema` or `--tools`: replies are constrained (ENGINE.md §8).
+    structured: bool,
     max_reply: Option<u64>,
     history: Option<History>,
     /// What the chat reads (and its `--history`): `/save` may not write there.
@@ -166,6 +170,16 @@ fn chat_flags(a: &Args) -> Result<ChatFlags> {
         req.set_tools(tools)
             .map_err(|e| e.context(super::template::label(&p)))?;
     }
+    // `--json-schema FILE`: every reply's response channel is one JSON value of it (the
+    // template's response-format message asks for it too, as the server's response_format)
+    let json_schema = match a.value_os("json-schema") {
+        Some(p) => Some(super::run::schema::read(std::path::Path::new(&p))?),
+        None => None,
+    };
+    if let Some(f) = &json_schema {
+        req.response_format = Some(crate::chat::ResponseFormat::JsonSchema(f.json.clone()));
+    }
+    let structured = json_schema.is_some() || req.tools.is_some();
     if let Some(t) = a.value("thinking")? {
         let t = parse_thinking(&t).ok_or_else(|| {
             Error::invalid(format!(
@@ -190,6 +204,7 @@ fn chat_flags(a: &Args) -> Result<ChatFlags> {
         inputs.add_file(h.path());
     }
     Ok(ChatFlags {
+        structured,
         req,
         max_reply,
         history,
@@ -250,6 +265,17 @@ pub fn run(argv: &[OsString]) -> Result<()> {
         max_reply: flags.max_reply,
         end_ids: model.end_ids.clone(),
         vocab: model.vocab,
+        structured: if flags.structured {
+            let specials = crate::constrain::Specials::from_tokenizer(&model.tok).ok_or_else(|| {
+                Error::invalid("--json-schema/--tools: the tokenizer lacks the chat template's special tokens")
+            })?;
+            Some(crate::chat::conversation::Structured {
+                vocab: std::sync::Arc::new(crate::constrain::Vocabulary::new(&model.tok)),
+                specials,
+            })
+        } else {
+            None
+        },
     };
     let interactive = std::io::stdin().is_terminal();
     let quiet = model.quiet;

@@ -35,6 +35,9 @@ pub struct CliOutput<'a> {
     /// `--stop` is given: the session releases the text (held back while it may begin a stop
     /// string), and that is what is printed.
     pub stop_text: bool,
+    /// Ids whose text is not printed: the end id that closes `--json-schema` output, so
+    /// standard output is exactly the JSON (piped to `jq`, say).
+    pub hide_ids: Vec<u32>,
     /// The generated output's line is ended (by [`RunOutput::finish`] or [`CliOutput::end_line`]).
     ended: bool,
 }
@@ -59,6 +62,7 @@ impl<'a> CliOutput<'a> {
             deferred: Vec::new(),
             printed: false,
             stop_text: false,
+            hide_ids: Vec::new(),
             ended: false,
         }
     }
@@ -111,6 +115,7 @@ impl RunOutput for CliOutput<'_> {
     fn token(&mut self, rep: &RunReport, step: usize, id: u32, text: &str) -> Result<()> {
         match &mut self.printer {
             Some(_) if self.stop_text => crate::cli::write_stdout(text.as_bytes())?,
+            Some(_) if self.hide_ids.contains(&id) => {}
             Some(p) => p.push(id)?,
             None => {
                 // The generated ids are the run's output: a failed write (a full disk, a

@@ -29,6 +29,7 @@ mod flags;
 mod inputs;
 mod memory;
 mod packed;
+pub(crate) mod schema;
 mod serve;
 mod state;
 
@@ -66,6 +67,7 @@ pub(crate) const SPECS: &[Spec] = &[
     Spec::Value("seed"),
     Spec::Repeat("stop-id"),
     Spec::Repeat("stop"),
+    Spec::Value("json-schema"),
     Spec::Value("ctx"),
     Spec::Value("batch"),
     Spec::Value("parallel"),
@@ -94,6 +96,8 @@ usage: k3 <model_dir> [options]   (also: k3 run <model_dir> [options])
   --full-recompute     re-run the whole prefix every step (diagnostic; same logits)
   --stop-id ID         extra end id (repeatable); [EOS] and <|end_of_msg|> always end
   --stop TEXT          stop when the generated text contains TEXT (repeatable; not printed)
+  --json-schema FILE   the generated text is one JSON value of this schema, then an end id
+                       (docs/cli.md#structured-output); with --batch, every line's
   --ctx N              positions the sequence may reach (default: prompt + gen)
   --batch FILE         JSON lines {\"prompt\": TEXT} or {\"ids\": [...]} (+ gen, temperature, top_k,
                        top_p, min_p, seed, stop): one JSON line out per input, in input order
@@ -138,6 +142,8 @@ struct Request {
     stop_ids: Vec<u32>,
     /// `--stop` strings.
     stop_texts: Vec<String>,
+    /// `--json-schema FILE`, read and compiled.
+    json_schema: Option<schema::SchemaFile>,
     /// `--ctx`.
     ctx: Option<usize>,
     /// `--batch FILE`.
@@ -226,6 +232,10 @@ fn request_from_args(a: Args, cmd: &str) -> Result<Request> {
         .parsed::<usize>("gen", "a non-negative integer")?
         .unwrap_or(16);
     let (stop_ids, stop_texts) = flags::stop_flags(&a)?;
+    let json_schema = match a.value_os("json-schema") {
+        Some(p) => Some(schema::read(Path::new(&p))?),
+        None => None,
+    };
     let ctx = flags::positive(&a, "ctx")?;
     let (chunk, threads, layers) = flags::compute_flags(&a)?;
     let (full_recompute, quiet, isa) = (
@@ -254,6 +264,7 @@ fn request_from_args(a: Args, cmd: &str) -> Result<Request> {
         chunk,
         stop_ids,
         stop_texts,
+        json_schema,
         ctx,
         batch,
         parallel,
@@ -465,10 +476,24 @@ fn execute(
     // Progress of a multi-chunk forward, on a terminal only (ENGINE.md §6).
     let mut progress = TerminalProgress::default();
     let show = !quiet && !req.no_progress && crate::io::sys::stderr_is_terminal();
+    let constraints = match &req.json_schema {
+        Some(f) => schema::plain(f, inp.tok.as_ref())?,
+        None => Default::default(),
+    };
     if req.batch.is_some() {
-        return batch::run(&mut sess, std::mem::take(&mut inp.batch), req.parallel, rep);
+        let mut items = std::mem::take(&mut inp.batch);
+        for it in items.iter_mut().flatten() {
+            it.constraints = constraints.clone();
+        }
+        return batch::run(&mut sess, items, req.parallel, rep);
     }
     out.stop_text = !req.stop_texts.is_empty();
+    if req.json_schema.is_some() {
+        out.hide_ids = inp
+            .tok
+            .as_ref()
+            .map_or_else(Vec::new, |t| t.end_of_turn_ids());
+    }
     out.show(req.verbose, show, req.gen);
     let opts = DecodeOptions {
         all_rows: want_all,
@@ -476,6 +501,7 @@ fn execute(
         rules,
         capacity: inp.positions.max(1),
         resume: loaded.as_ref().map(|l| &l.st),
+        constraints,
     };
     let res = decode(
         &mut sess,

@@ -357,6 +357,7 @@ pub fn run(argv: &[OsString]) -> Result<()> {
             vocab: prep.vocab(),
             defaults,
             sign_key: prep.signing_key()?,
+            vocabulary: Default::default(),
         },
         end_ids: end_ids.clone(),
         queue: Arc::clone(&queue),

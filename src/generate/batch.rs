@@ -3,6 +3,7 @@
 //! and join (prefilled alone) as sequences finish. Each sequence's ids and logits are the bits
 //! it gets alone.
 
+use super::guide::Constraints;
 use super::session::{Sequence, SequenceOptions, Session, StepEvent};
 use crate::error::Result;
 use crate::model::experts::ExpertSource;
@@ -19,6 +20,8 @@ pub struct BatchItem {
     pub capacity: usize,
     /// Sampler settings and stop rules.
     pub opts: SequenceOptions,
+    /// The constraints of its generated ids (ENGINE.md §8; `--json-schema`), maybe none.
+    pub constraints: Constraints,
 }
 
 /// Totals of a batch run (the report's `batch` object, FORMATS.md §10).
@@ -61,6 +64,7 @@ pub fn run_batch<T: TrunkSource, E: ExpertSource>(
                     continue;
                 }
             };
+            s.set_constraints(it.constraints.0);
             sess.prefill(&mut s, None, &mut |_| Ok(()))?;
             tot.prefill_seconds += s.figures().seconds;
             tot.sequences += 1;

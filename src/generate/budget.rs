@@ -7,6 +7,8 @@
 //! ids generated in the turn and the budget, so draws stay reproducible everywhere (a resumed
 //! or speculative sequence computes the same mask).
 
+use crate::constrain::{Constraint, Mask, Rejected};
+
 /// A think channel's budget and the ids that close it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ThinkBudget {
@@ -32,9 +34,127 @@ impl ThinkBudget {
     }
 }
 
+/// The budget as a [`Constraint`] on the turn's generated ids: one mechanism with the
+/// response and tool constraints (the session intersects their masks), so a reply
+/// constraint sees the budget's forced closing as ids it must admit (a free think channel
+/// admits `<|close|>`).
+#[derive(Debug, Clone)]
+pub struct BudgetConstraint {
+    b: ThinkBudget,
+    /// Ids accepted in the turn.
+    seen: usize,
+    /// The model wrote `<|close|>` within the budget: the constraint never binds.
+    closed: bool,
+    /// Every id admitted (built once at the mask's size, then copied: the budget binds on
+    /// a few ids of a turn and admits everything on all the others).
+    all: Option<Mask>,
+}
+
+impl BudgetConstraint {
+    /// The constraint of `b` at the turn's start.
+    pub fn new(b: ThinkBudget) -> BudgetConstraint {
+        BudgetConstraint {
+            b,
+            seen: 0,
+            closed: false,
+            all: None,
+        }
+    }
+
+    /// [`ThinkBudget::forced`] at this point.
+    fn forced(&self) -> Option<u32> {
+        if self.closed {
+            return None;
+        }
+        let k = self.seen.checked_sub(self.b.budget)?;
+        self.b.close.get(k).copied()
+    }
+}
+
+impl Constraint for BudgetConstraint {
+    fn mask(&mut self, _remaining: Option<usize>, mask: &mut Mask) {
+        match self.forced() {
+            Some(id) => {
+                mask.clear();
+                mask.set(id);
+            }
+            None => {
+                let v = mask.len();
+                let all = self.all.get_or_insert_with(|| {
+                    let mut m = Mask::new(v);
+                    for id in 0..v as u32 {
+                        m.set(id);
+                    }
+                    m
+                });
+                mask.copy_from(all);
+            }
+        }
+    }
+    fn accept(&mut self, id: u32) -> Result<(), Rejected> {
+        if let Some(f) = self.forced() {
+            if f != id {
+                return Err(Rejected {
+                    id,
+                    reason: format!(
+                        "the thinking budget of {} ids admits only id {f} here",
+                        self.b.budget
+                    ),
+                });
+            }
+        }
+        if self.seen < self.b.budget && self.b.close.first() == Some(&id) {
+            self.closed = true;
+        }
+        self.seen += 1;
+        Ok(())
+    }
+    fn is_complete(&self) -> bool {
+        self.forced().is_none()
+    }
+    fn boxed_clone(&self) -> Box<dyn Constraint> {
+        Box::new(self.clone())
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::ThinkBudget;
+    use super::{BudgetConstraint, ThinkBudget};
+    use crate::constrain::{Constraint, Mask};
+
+    /// The constraint admits exactly what [`ThinkBudget::forced`] says after the same ids
+    /// (one id when it binds, every id otherwise).
+    #[test]
+    fn the_constraint_agrees_with_forced() {
+        let b = ThinkBudget {
+            budget: 3,
+            close: vec![9, 1, 8],
+        };
+        for ids in [
+            vec![5, 5, 5, 9, 1, 8, 4],
+            vec![5, 9, 7, 7, 7, 7],
+            vec![9, 9, 9],
+        ] {
+            let mut c = BudgetConstraint::new(b.clone());
+            let mut m = Mask::new(10);
+            for k in 0..=ids.len() {
+                c.mask(None, &mut m);
+                match b.forced(&ids[..k]) {
+                    Some(f) => assert_eq!(m.iter().collect::<Vec<_>>(), [f]),
+                    None => assert_eq!(m.count(), 10),
+                }
+                if k < ids.len() {
+                    c.accept(ids[k]).unwrap();
+                }
+            }
+        }
+        let mut c = BudgetConstraint::new(b);
+        for id in [5, 5, 5] {
+            c.accept(id).unwrap();
+        }
+        assert!(!c.is_complete());
+        assert!(c.accept(4).is_err());
+    }
 
     #[test]
     fn forces_the_closing_once_the_budget_is_spent() {

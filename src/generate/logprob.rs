@@ -2,6 +2,7 @@
 //! the engine's own `exp64` and `log64` (MODEL.md §5.4), the sum a `seqsum` in id order
 //! (§5.3), so the figures are the same bits on every machine.
 
+use crate::constrain::Mask;
 use k3_kernels::{exp64, log64, seqsum};
 
 /// The log-softmax of the logits `z` (length V) at every id, in one pass over the sum:
@@ -19,6 +20,35 @@ pub fn logprob(z: &[f32], id: u32) -> Option<f64> {
     let v = *z.get(id as usize)?;
     let (m, log_sum) = norm(z)?;
     Some((v as f64 - m) - log_sum)
+}
+
+/// The log-softmax of the masked distribution (ENGINE.md §8 "Constraints": logprobs are of
+/// it): the same formula over the ids `mask` admits only (m their maximum, the sum over them
+/// in id order); an id the mask forbids gets −∞. Without a mask, [`log_softmax`]. `None` as
+/// there, and when the mask admits nothing.
+pub fn log_softmax_masked(z: &[f32], mask: Option<&Mask>) -> Option<Vec<f64>> {
+    let Some(mask) = mask else {
+        return log_softmax(z);
+    };
+    if z.is_empty() || z.iter().any(|v| !v.is_finite()) || mask.count() == 0 {
+        return None;
+    }
+    let m = mask
+        .iter()
+        .filter_map(|id| z.get(id as usize))
+        .fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
+    let log_sum = log64(seqsum(
+        mask.iter()
+            .filter_map(|id| z.get(id as usize))
+            .map(|&v| exp64(v as f64 - m)),
+    ));
+    let mut out = vec![f64::NEG_INFINITY; z.len()];
+    for id in mask.iter() {
+        if let Some(&v) = z.get(id as usize) {
+            out[id as usize] = (v as f64 - m) - log_sum;
+        }
+    }
+    Some(out)
 }
 
 /// (m, L) of [`log_softmax`].
@@ -45,6 +75,21 @@ mod tests {
         assert_eq!(logprob(&[1.0, 2.0], 2), None);
         assert_eq!(logprob(&[1.0, f32::NAN], 0), None);
         assert_eq!(log_softmax(&[]), None);
+    }
+
+    #[test]
+    fn masked_log_softmax_is_over_the_admitted_ids() {
+        let z = [1.0f32, 2.0, 3.0, 4.0];
+        let mut m = Mask::new(4);
+        m.set(0);
+        m.set(2);
+        let l = log_softmax_masked(&z, Some(&m)).unwrap();
+        let alone = log_softmax(&[1.0, 3.0]).unwrap();
+        assert_eq!(l[0].to_bits(), alone[0].to_bits());
+        assert_eq!(l[2].to_bits(), alone[1].to_bits());
+        assert!(l[1] == f64::NEG_INFINITY && l[3] == f64::NEG_INFINITY);
+        assert_eq!(log_softmax_masked(&z, None), log_softmax(&z));
+        assert_eq!(log_softmax_masked(&z, Some(&Mask::new(4))), None);
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod batch;
 pub mod batch_input;
 pub mod budget;
 pub mod defaults;
+pub mod guide;
 pub mod logprob;
 pub mod prefix_cache;
 pub mod sample;

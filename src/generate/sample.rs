@@ -6,6 +6,7 @@
 //! Also the settings' validation (exit 2 naming the flag or key), the flag parsers, and the
 //! seed from the operating system when none is given (§8 step 7).
 
+use crate::constrain::Mask;
 use crate::error::{Error, Result};
 use k3_kernels::{argmax, exp64, seqsum};
 use std::cmp::Ordering;
@@ -333,13 +334,39 @@ impl Sampler {
     /// before choosing, MODEL.md §5.6; greedy, like `argmax`, accepts ±inf). Settings are
     /// assumed valid ([`SamplerSettings::validate`]).
     pub fn choose(&mut self, z: &[f32], s: &SamplerSettings, n: u64) -> Option<u32> {
+        self.choose_masked(z, s, n, None)
+    }
+
+    /// [`Sampler::choose`] under a constraint's mask (ENGINE.md §8 "Constraints"): the ids
+    /// `mask` does not admit leave the candidate list before step 1, so greedy is the lowest
+    /// id among the maxima of the admitted ids and the draw runs over the admitted ones in
+    /// candidate order. The logits themselves are not changed (every one must still be
+    /// finite to sample). `None` also when the mask admits nothing.
+    pub fn choose_masked(
+        &mut self,
+        z: &[f32],
+        s: &SamplerSettings,
+        n: u64,
+        mask: Option<&Mask>,
+    ) -> Option<u32> {
         if s.is_greedy() {
-            return argmax(z).map(|i| i as u32);
+            return match mask {
+                None => argmax(z).map(|i| i as u32),
+                Some(m) => masked_argmax(z, m),
+            };
         }
         if z.is_empty() || z.iter().any(|v| !v.is_finite()) || z.len() > u32::MAX as usize {
             return None;
         }
-        self.candidates(z, s.top_k);
+        match mask {
+            None => self.candidates(z, s.top_k),
+            Some(m) => {
+                self.masked_candidates(z, s.top_k, m);
+                if self.cand.is_empty() {
+                    return None;
+                }
+            }
+        }
         self.weights(z, s.temperature);
         self.filter(s.top_p, s.min_p);
         Some(self.draw(uniform(s.seed, n)))
@@ -358,6 +385,26 @@ impl Sampler {
         };
         let ord = |a: &u32, b: &u32| candidate_order(z, *a, *b);
         if k < v {
+            self.cand.select_nth_unstable_by(k - 1, ord);
+            self.cand.truncate(k);
+        }
+        self.cand.sort_unstable_by(ord);
+    }
+
+    /// Steps 2–3 over the admitted ids only: `cand` = the first min(K, admitted) of them in
+    /// candidate order.
+    fn masked_candidates(&mut self, z: &[f32], top_k: u64, m: &Mask) {
+        self.cand.clear();
+        self.cand
+            .extend(m.iter().filter(|&id| (id as usize) < z.len()));
+        let v = self.cand.len();
+        let k = if top_k == 0 {
+            v
+        } else {
+            top_k.min(v as u64) as usize
+        };
+        let ord = |a: &u32, b: &u32| candidate_order(z, *a, *b);
+        if k < v && k > 0 {
             self.cand.select_nth_unstable_by(k - 1, ord);
             self.cand.truncate(k);
         }
@@ -413,6 +460,23 @@ impl Sampler {
     }
 }
 
+/// Greedy under a mask: the lowest id among the maxima of the admitted ids (logits compare
+/// as numbers, −0 equals +0). `None` when nothing is admitted or an admitted logit is NaN.
+pub fn masked_argmax(z: &[f32], m: &Mask) -> Option<u32> {
+    let mut best: Option<(u32, f32)> = None;
+    for id in m.iter() {
+        let x = *z.get(id as usize)?;
+        if x.is_nan() {
+            return None;
+        }
+        match best {
+            Some((_, b)) if x <= b => {}
+            _ => best = Some((id, x)),
+        }
+    }
+    best.map(|(id, _)| id)
+}
+
 /// One draw without reusable scratch ([`Sampler::choose`]).
 pub fn sample(z: &[f32], s: &SamplerSettings, n: u64) -> Option<u32> {
     Sampler::new().choose(z, s, n)
@@ -456,6 +520,72 @@ mod tests {
         assert_eq!(sample(&[0.0, -0.0], &g, 5), Some(0));
         assert_eq!(sample(&[f32::NAN, 1.0], &g, 0), None);
         assert_eq!(sample(&[], &g, 0), None);
+    }
+
+    fn mask_of(v: usize, ids: &[u32]) -> Mask {
+        let mut m = Mask::new(v);
+        for &id in ids {
+            m.set(id);
+        }
+        m
+    }
+
+    #[test]
+    fn masked_greedy_is_lowest_admitted_id_among_admitted_maxima() {
+        let g = SamplerSettings::greedy();
+        let z = [1.0f32, 3.0, 3.0, 2.0, 2.0];
+        let mut sm = Sampler::new();
+        assert_eq!(
+            sm.choose_masked(&z, &g, 0, Some(&mask_of(5, &[2, 3]))),
+            Some(2)
+        );
+        assert_eq!(
+            sm.choose_masked(&z, &g, 0, Some(&mask_of(5, &[0, 4, 3]))),
+            Some(3)
+        );
+        assert_eq!(
+            sm.choose_masked(&z, &g, 0, Some(&mask_of(5, &[0]))),
+            Some(0)
+        );
+        assert_eq!(sm.choose_masked(&z, &g, 0, Some(&mask_of(5, &[]))), None);
+        assert_eq!(
+            sm.choose_masked(&[0.0, -0.0], &g, 0, Some(&mask_of(2, &[0, 1]))),
+            Some(0)
+        );
+        assert_eq!(
+            sm.choose_masked(&[-0.0, 0.0], &g, 0, Some(&mask_of(2, &[1, 0]))),
+            Some(0)
+        );
+    }
+
+    /// A mask that admits every id draws what the unmasked sampler draws; a mask draws only
+    /// admitted ids, and the same as the sampler over the admitted logits alone.
+    #[test]
+    fn masked_draws_match_the_sampler_over_the_admitted_ids() {
+        let z: Vec<f32> = (0..40)
+            .map(|i| ((i * 17) % 13) as f32 * 0.3 - 1.0)
+            .collect();
+        let all = mask_of(40, &(0..40).collect::<Vec<_>>());
+        let some: Vec<u32> = (0..40).filter(|i| i % 3 != 1).collect();
+        let sub = mask_of(40, &some);
+        let zs: Vec<f32> = some.iter().map(|&i| z[i as usize]).collect();
+        let mut sm = Sampler::new();
+        for (n, s) in [
+            st(0.8, 0, 0.9, 0.0, 3),
+            st(1.3, 5, 1.0, 0.05, 9),
+            st(0.5, 0, 1.0, 0.0, 1),
+        ]
+        .iter()
+        .enumerate()
+        .flat_map(|(j, s)| (0..30u64).map(move |n| (n + 100 * j as u64, *s)))
+        {
+            assert_eq!(sm.choose_masked(&z, &s, n, Some(&all)), sample(&z, &s, n));
+            let got = sm.choose_masked(&z, &s, n, Some(&sub)).unwrap();
+            // over the admitted logits alone the same draw picks the same rank, so the same
+            // id once mapped back (the candidate order within them is unchanged)
+            let alone = sample(&zs, &s, n).unwrap();
+            assert_eq!(got, some[alone as usize], "n = {n}");
+        }
     }
 
     #[test]

@@ -10,10 +10,12 @@
 //! those ids as its first generated ids (then it chooses as usual), while the model still runs
 //! on every id and its logits are hashed; see DEVELOPERS.md.
 
-use super::budget::ThinkBudget;
+use super::budget::{BudgetConstraint, ThinkBudget};
+use super::guide::{Admitted, Guide};
 use super::sample::{Sampler, SamplerSettings};
 use super::spec::{SeqSpec, Speculation};
 use super::stop::{StopReason, StopRules, StopText};
+use crate::constrain::Constraint;
 use crate::error::{Error, Result};
 use crate::model::experts::{ExpertSource, ExpertStats};
 use crate::model::state::{DecodeState, LayerState};
@@ -79,6 +81,9 @@ pub struct Chosen {
     /// Generated text released by this id under `--stop` (only with a tokenizer and stop
     /// strings; never a part of a stop string).
     pub text: String,
+    /// The ids the sequence's constraints admitted at this choice, when it asked to keep
+    /// them ([`Sequence::keep_masks`]): logprobs are of the masked distribution.
+    pub admitted: Option<Admitted>,
 }
 
 /// What a step tells its caller as it goes.
@@ -113,8 +118,10 @@ pub struct Sequence {
     /// An id was already chosen from the current logits' forward (its figures are told once).
     fig_taken: bool,
     spec: SeqSpec,
-    /// The thinking budget (a constraint of ENGINE.md §8), if the turn has one.
-    budget: Option<ThinkBudget>,
+    /// The turn's constraints (ENGINE.md §8: thinking budget, schema, tool calls), if any.
+    guide: Option<Guide>,
+    /// V, the size of a constraint's mask.
+    vocab: usize,
     /// Prefilling as rows of the steps (module `join`), until its prompt has run.
     join: Option<join::Joining>,
 }
@@ -166,7 +173,8 @@ impl Sequence {
             sweeps: 0,
             fig_taken: false,
             spec: SeqSpec::default(),
-            budget: None,
+            guide: None,
+            vocab: model.dims.v,
             join: None,
         })
     }
@@ -237,10 +245,78 @@ impl Sequence {
         }
     }
 
-    /// Sets (or clears) the turn's thinking budget ([`ThinkBudget`], ENGINE.md §8): counted
-    /// from the turn's first generated id.
+    /// Sets (or clears) the turn's thinking budget ([`ThinkBudget`], ENGINE.md §8) as its
+    /// only constraint: counted from the turn's first generated id.
     pub fn set_think_budget(&mut self, budget: Option<ThinkBudget>) {
-        self.budget = budget;
+        let list = budget
+            .map(|b| vec![Box::new(BudgetConstraint::new(b)) as Box<dyn Constraint>])
+            .unwrap_or_default();
+        self.set_constraints(list);
+    }
+
+    /// Sets the turn's constraints (ENGINE.md §8 "Constraints"; none clears them): from the
+    /// next choice on, only ids every one of them admits are candidates, and each advances
+    /// past every chosen id. They start at the turn's first generated id: set them after
+    /// [`Sequence::continue_with`] / [`Sequence::restart_turn`] and before the first step.
+    pub fn set_constraints(&mut self, list: Vec<Box<dyn Constraint>>) {
+        let keep = self.guide.as_ref().is_some_and(|g| g.keep_masks);
+        self.guide = Guide::new(list, self.vocab);
+        self.keep_masks(keep);
+    }
+
+    /// Sets the constraints as [`Sequence::set_constraints`] does, then advances them past
+    /// `earlier`, the ids an earlier run of the same output already generated (a resumed
+    /// state file: the constraint goes on where it stood, so the resumed ids are those of one
+    /// uninterrupted run).
+    ///
+    /// Errors (exit 2): an id of `earlier` the constraints do not admit, naming its index.
+    pub fn set_constraints_after(
+        &mut self,
+        list: Vec<Box<dyn Constraint>>,
+        earlier: &[u32],
+    ) -> Result<()> {
+        self.set_constraints(list);
+        if let Some(g) = &mut self.guide {
+            for (i, &id) in earlier.iter().enumerate() {
+                g.accept(id).map_err(|r| {
+                    Error::invalid(format!(
+                        "generated id {i} ({id}) of the earlier run does not fit the \
+                         constraint: {}",
+                        r.reason
+                    ))
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// With `keep` every [`Chosen`] carries the ids its constraints admitted (for logprobs).
+    pub fn keep_masks(&mut self, keep: bool) {
+        if let Some(g) = &mut self.guide {
+            g.keep_masks = keep;
+        }
+    }
+
+    /// True while the sequence has constraints and they are complete (or it has none).
+    pub fn constraints_complete(&self) -> bool {
+        self.guide.as_ref().is_none_or(|g| g.is_complete())
+    }
+
+    /// A copy of the constraints at this point (speculation checks drafts on it).
+    pub(crate) fn guide_clone(&self) -> Option<Guide> {
+        self.guide.clone()
+    }
+
+    /// Ids the sequence may still generate: `--gen` less the generated ones, and the
+    /// positions left in `--ctx` (a constraint closes its output in time by it).
+    pub fn remaining(&self) -> usize {
+        let len = self.ids.len() as u64;
+        let gen = self
+            .rules
+            .gen()
+            .saturating_sub((self.ids.len() - self.prompt_len) as u64);
+        let ctx = self.rules.ctx().saturating_sub(len);
+        gen.min(ctx).min(usize::MAX as u64) as usize
     }
 
     /// A copy of the sequence now: ids, KDA state and conv history, the MLA rows of the
@@ -325,27 +401,63 @@ impl Sequence {
             sweeps: self.sweeps,
             fig_taken: self.fig_taken,
             spec: self.spec.light(),
-            budget: self.budget.clone(),
+            guide: self.guide.clone(),
+            vocab: self.vocab,
             join: self.join.clone(),
         }
     }
 
     /// Chooses the next id from the pending logits (or the forced one), hashes the logits,
     /// appends the id and applies the stop rules.
+    ///
+    /// Constraints (ENGINE.md §8): the mask of the guide leaves only the admitted ids as
+    /// candidates; a mask of one id is that id, with no draw. The test hook's forced ids come
+    /// first; one the constraints do not admit ends them for the turn (a test forcing a reply
+    /// no schema allows).
     fn choose(&mut self, forced: Option<u32>, tok: Option<&Tokenizer>) -> Result<Chosen> {
         let n = self.ids.len() as u64;
-        // the test hook first, then the budget's mask (one admitted id: no draw)
-        let masked = || {
-            let b = self.budget.as_ref()?;
-            b.forced(&self.ids[self.prompt_len..])
-        };
-        let id = match forced.or_else(masked) {
-            Some(id) => id,
-            None => self
+        let remaining = Some(self.remaining());
+        let mut admitted = None;
+        let id = match (forced, &mut self.guide) {
+            (Some(id), _) => id,
+            (None, None) => self
                 .sampler
                 .choose(&self.logits, &self.settings, n)
                 .ok_or_else(|| Error::internal("sampling over empty or non-finite logits"))?,
+            (None, Some(g)) => {
+                g.mask(remaining);
+                let mask = g.last_mask();
+                let mut only = mask.iter();
+                let id = match (only.next(), only.next()) {
+                    (Some(id), None) => id,
+                    (None, _) => {
+                        return Err(Error::internal(
+                            "a constraint admits no id while its output is incomplete",
+                        ))
+                    }
+                    _ => self
+                        .sampler
+                        .choose_masked(&self.logits, &self.settings, n, Some(mask))
+                        .ok_or_else(|| {
+                            Error::internal("sampling over empty or non-finite logits")
+                        })?,
+                };
+                if g.keep_masks {
+                    admitted = Some(Admitted(std::sync::Arc::new(g.last_mask().clone())));
+                }
+                id
+            }
         };
+        if let Some(g) = &mut self.guide {
+            if let Err(r) = g.accept(id) {
+                if forced.is_none() {
+                    return Err(Error::internal(format!(
+                        "the constraint refused the id it admitted: {r}"
+                    )));
+                }
+                self.guide = None;
+            }
+        }
         self.hash.update_f32(&self.logits);
         self.hashed += 1;
         self.ids.push(id);
@@ -378,6 +490,7 @@ impl Sequence {
             sweep: self.sweeps,
             stop,
             text,
+            admitted,
         })
     }
 }

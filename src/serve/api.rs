@@ -5,6 +5,7 @@
 //! the chat template's own refusals (TOKENIZER.md §10) name their path.
 
 mod convert;
+pub mod constraint;
 mod fields;
 pub mod messages;
 mod params;
@@ -16,6 +17,7 @@ use params::{check_length, gen_params};
 
 use crate::chat::{self, Request as ChatRequest, Thinking};
 use crate::error::Error;
+use crate::generate::guide::Constraints;
 use crate::generate::sample::SamplerSettings;
 use crate::json::{Object, Value};
 use crate::tokenizer::Tokenizer;
@@ -118,6 +120,10 @@ pub struct GenParams {
     pub logprobs: bool,
     /// How many alternatives per position (`top_logprobs`, completions' `logprobs` N).
     pub top_logprobs: usize,
+    /// The reply's constraints (ENGINE.md §8: `response_format` / `text.format` /
+    /// `output_config.format`, tools per `tool_choice`; module `constraint`), set by each
+    /// API's decoder from its conversation.
+    pub constraints: Constraints,
 }
 
 /// A decoded `/v1/chat/completions` request.
@@ -157,6 +163,8 @@ pub struct Limits {
     /// canonical config string and weights tag (FORMATS.md §9.1), so a signature survives
     /// restarts and belongs to one model.
     pub sign_key: Vec<u8>,
+    /// The vocabulary of structured output, built on the first constrained request.
+    pub vocabulary: constraint::VocabCell,
 }
 
 /// The request body as a JSON object, or 400 with the byte offset (and the field it stopped
@@ -220,6 +228,15 @@ pub fn chat_job(
         }
         params.top_logprobs = n as usize;
     }
+    let partial = req.messages.last().is_some_and(|m| m.partial);
+    params.constraints = constraint::reply_constraints(
+        &req,
+        thinking && !partial,
+        partial,
+        tok,
+        &lim.vocabulary,
+        &constraint::CHAT,
+    )?;
     check_length(ids.len(), stub, &params, lim, "messages")?;
     Ok(ChatJob {
         ids,

@@ -269,6 +269,7 @@ pub fn drive(
         events: tx,
         ids,
         think_budget: think_budget.map(Box::new),
+        constraints: Box::new(params.constraints.clone()),
     };
     if server.queue.submit(job).is_err() {
         let e = ApiError::other(

@@ -5,7 +5,8 @@
 //! from the same [`Piece`]s, so the streamed deltas concatenate to the non-streamed reply.
 
 use crate::chat::{ReplyEvent, ReplyParser};
-use crate::generate::logprob::log_softmax;
+use crate::constrain::Mask;
+use crate::generate::logprob::log_softmax_masked;
 use crate::generate::stop::{StopReason, StopText};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 
@@ -41,12 +42,19 @@ pub struct TokenLogprob {
 }
 
 /// `TokenLogprob` of `id` from `logits` with the `top` best alternatives.
-pub fn token_logprob(logits: &[f32], id: u32, top: usize) -> Option<TokenLogprob> {
-    let l = log_softmax(logits)?;
+/// Under a constraint, of the masked distribution (`mask`: the ids admitted at that step;
+/// ENGINE.md §8), so no forbidden id is among the alternatives.
+pub fn token_logprob(
+    logits: &[f32],
+    id: u32,
+    top: usize,
+    mask: Option<&Mask>,
+) -> Option<TokenLogprob> {
+    let l = log_softmax_masked(logits, mask)?;
     let mut best: Vec<(u32, f64)> = Vec::with_capacity(top + 1);
     if top > 0 {
         for (i, &x) in l.iter().enumerate() {
-            if best.len() == top && x <= best[top - 1].1 {
+            if x == f64::NEG_INFINITY || best.len() == top && x <= best[top - 1].1 {
                 continue;
             }
             let at = best.partition_point(|&(_, y)| y >= x);
@@ -210,7 +218,7 @@ mod tests {
     #[test]
     fn top_logprobs_best_first_ties_by_id() {
         let z = [1.0f32, 3.0, 3.0, -2.0, 0.5];
-        let l = token_logprob(&z, 4, 3).unwrap();
+        let l = token_logprob(&z, 4, 3, None).unwrap();
         let ids: Vec<u32> = l.top.iter().map(|t| t.0).collect();
         assert_eq!(ids, [1, 2, 0]);
         assert_eq!(l.top[0].1, l.top[1].1);
@@ -218,7 +226,7 @@ mod tests {
             l.logprob.to_bits(),
             crate::generate::logprob::logprob(&z, 4).unwrap().to_bits()
         );
-        assert!(token_logprob(&z, 9, 0).is_none());
-        assert!(token_logprob(&z, 0, 0).unwrap().top.is_empty());
+        assert!(token_logprob(&z, 9, 0, None).is_none());
+        assert!(token_logprob(&z, 0, 0, None).unwrap().top.is_empty());
     }
 }

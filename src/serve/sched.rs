@@ -13,7 +13,8 @@ use super::metrics::Metrics;
 use super::pool::SnapshotPool;
 use super::reply::{token_logprob, TokenLogprob};
 use crate::error::Result;
-use crate::generate::budget::ThinkBudget;
+use crate::generate::budget::{BudgetConstraint, ThinkBudget};
+use crate::generate::guide::Constraints;
 use crate::generate::prefix_cache::PrefixCache;
 use crate::generate::sample::SamplerSettings;
 use crate::generate::session::{PrefillProgress, Sequence, SequenceOptions, Session, StepEvent};
@@ -43,6 +44,9 @@ pub struct Job {
     /// The thinking budget (Messages' `thinking.budget_tokens`), a constraint of the turn
     /// (boxed: a queue refusal hands the job back by value).
     pub think_budget: Option<Box<ThinkBudget>>,
+    /// The reply's constraints (ENGINE.md §8: `response_format`, tools per `tool_choice`),
+    /// composed with the budget's.
+    pub constraints: Box<Constraints>,
 }
 
 /// What a job's handler is told, in order: `Started`, `Progress`…, `Token`…, then `Done` or
@@ -308,7 +312,12 @@ impl Scheduler<'_> {
             Ok(None) => None,
             Ok(Some((mut seq, cached, held_last))) => {
                 // after any restore: a held snapshot carries the budget of the job that made it
-                seq.set_think_budget(job.think_budget.map(|b| *b));
+                let mut list = job.constraints.0;
+                if let Some(b) = job.think_budget {
+                    list.insert(0, Box::new(BudgetConstraint::new(*b)));
+                }
+                seq.set_constraints(list);
+                seq.keep_masks(job.logprobs.is_some());
                 let mut a = Active {
                     seq,
                     events: job.events,
@@ -356,7 +365,9 @@ impl Scheduler<'_> {
                 match ev {
                     StepEvent::Chosen(i, c) => {
                         let lp = match (&current[i], tops[i]) {
-                            (Some(z), Some(top)) => token_logprob(z, c.id, top),
+                            (Some(z), Some(top)) => {
+                                token_logprob(z, c.id, top, c.admitted.as_ref().map(|a| &*a.0))
+                            }
                             _ => None,
                         };
                         chosen.push((i, c.id, c.stop, lp))
@@ -463,6 +474,7 @@ mod tests {
             max_tokens: 1,
             logprobs: None,
             think_budget: None,
+            constraints: Default::default(),
             events: std::sync::mpsc::channel().0,
         }
     }

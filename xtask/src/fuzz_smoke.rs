@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::Instant;
 
 /// Every target in fuzz/Cargo.toml.
-pub const TARGETS: [&str; 12] = [
+pub const TARGETS: [&str; 14] = [
     "json",
     "config",
     "safetensors_header",
@@ -25,6 +25,8 @@ pub const TARGETS: [&str; 12] = [
     "serve_request",
     "messages_request",
     "responses_request",
+    "constrain_schema",
+    "constrain_mask",
 ];
 
 const DEFAULT_SECONDS: u64 = 30;

@@ -1049,6 +1049,35 @@ fn model_check(opts: &Options, plans: &[PathPlan]) -> Result<String, String> {
         let s = model_kind(opts, plans, &fixture, &dir, kind, &args)?;
         summaries.push(format!("{kind}: {s}"));
     }
+    // Structured output (issue 25): a sampled run under a JSON schema on the text model
+    // (the mask walks its tokenizer's vocabulary), so constrained ids are compared too.
+    let text = opts.root.join("tests/fixtures/tiny-k3-text");
+    let schema = dir.join("schema.json");
+    std::fs::write(
+        &schema,
+        r#"{"type": "object", "additionalProperties": false, "required": ["n", "tags", "s"],
+ "properties": {"n": {"type": "integer", "minimum": -3, "maximum": 250},
+  "tags": {"type": "array", "items": {"enum": ["x", "y"]}, "maxItems": 3},
+  "s": {"type": "string", "maxLength": 6}}}"#,
+    )
+    .map_err(|e| format!("{}: cannot write: {e}", schema.display()))?;
+    let constrained: Vec<String> = [
+        "--prompt",
+        "JSON:",
+        "--gen",
+        "60",
+        "--temperature",
+        "0.8",
+        "--seed",
+        "7",
+        "--json-schema",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([schema.display().to_string()])
+    .collect();
+    let s = model_kind(opts, plans, &text, &dir, "constrained", &constrained)?;
+    summaries.push(format!("constrained: {s}"));
     Ok(summaries.join("; "))
 }
 

@@ -119,6 +119,7 @@ pub(super) fn entries(
                     rules,
                     all_rows: false,
                 },
+                constraints: Default::default(),
             })
         });
         out.push(item.map_err(at));

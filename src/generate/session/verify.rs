@@ -43,6 +43,25 @@ impl Sequence {
         k.min(by_ctx).min(by_gen.min(usize::MAX as u64) as usize)
     }
 
+    /// Cuts `draft` at its first id the sequence's constraints would not admit there
+    /// (ENGINE.md §8, §10): checked on a copy of the constraints advanced through the earlier
+    /// drafted ids, so a draft no choice could agree with costs no row. Verification still
+    /// chooses each row under the sequence's own mask, so this only saves work.
+    fn trim_draft(&self, draft: &mut Vec<u32>) {
+        let Some(mut g) = self.guide_clone() else {
+            return;
+        };
+        let left = self.remaining();
+        let mut keep = 0;
+        for (j, &id) in draft.iter().enumerate() {
+            if !g.mask(Some(left.saturating_sub(j))).allows(id) || g.accept(id).is_err() {
+                break;
+            }
+            keep += 1;
+        }
+        draft.truncate(keep);
+    }
+
     /// Back to the state saved before the sweep (KDA copied back, length cut).
     fn roll_back(&mut self) -> Result<()> {
         if self.spec.save.restore(&mut self.state) {
@@ -91,6 +110,7 @@ impl<T: TrunkSource, E: ExpertSource> Session<'_, T, E> {
                     d.truncate(k);
                     let v = self.model.dims.v as u32;
                     d.retain(|&id| id < v);
+                    s.trim_draft(&mut d);
                     drafted = d.len();
                     ids.extend(d);
                 }

@@ -183,11 +183,16 @@ pub(super) struct Rendered {
     pub stub: usize,
     /// The reply starts in the think channel (thinking on, no prefill).
     pub thinking: bool,
+    /// The reply's constraints (the response format, the tools' schemas per `tool_choice`;
+    /// [`super::constraint`]).
+    pub constraints: crate::generate::guide::Constraints,
 }
 
 /// Renders `messages` with `tools` (declarations) through the one chat template; a named
 /// `tool_choice` turns thinking off (the template's rule, TOKENIZER.md §10 step 4); a final
-/// `partial` message is a prefill with no stub.
+/// `partial` message is a prefill with no stub. The constraints are built with the API's
+/// field names (`fields`) over the server's vocabulary.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn render(
     messages: Vec<Message>,
     tools: Vec<Value>,
@@ -195,6 +200,8 @@ pub(super) fn render(
     response_format: Option<ResponseFormat>,
     mut thinking: Thinking,
     tok: &Tokenizer,
+    lim: &super::Limits,
+    fields: &super::constraint::Fields,
 ) -> Result<Rendered, ApiError> {
     if matches!(tool_choice, ToolChoice::Named(_)) {
         thinking = Thinking::Off;
@@ -218,9 +225,18 @@ pub(super) fn render(
             .map_err(err)?
             .len()
     };
+    let constraints = super::constraint::reply_constraints(
+        &req,
+        on && !partial,
+        partial,
+        tok,
+        &lim.vocabulary,
+        fields,
+    )?;
     Ok(Rendered {
         ids,
         stub,
         thinking: on && !partial,
+        constraints,
     })
 }

@@ -280,6 +280,7 @@ mod tests {
                 seed: 0,
             },
             sign_key: b"k".to_vec(),
+            vocabulary: Default::default(),
         };
         assert!(check_model(&obj(r#"{"model": "m"}"#), &lim).is_ok());
         let e = check_model(&obj(r#"{"model": "x"}"#), &lim).unwrap_err();

@@ -33,6 +33,7 @@ const ACCEPTED: &[&str] = &[
     "tool_choice",
     "thinking",
     "output_config",
+    "output_format",
     "stop_sequences",
     "temperature",
     "top_p",
@@ -117,6 +118,7 @@ pub fn messages_job(
     anthropic_ranges(o)?;
     let (r, budget) = render(o, tok, lim)?;
     let mut params = gen_params(o, lim, os_seed, "max_tokens")?;
+    params.constraints = r.constraints;
     params.stop = stop_sequences(o)?;
     check_length(r.ids.len(), r.stub, &params, lim, "messages")?;
     let think_budget = match budget {
@@ -187,13 +189,35 @@ fn render(
     let (tools, names) = tools(o.get("tools"))?;
     let tool_choice = tool_choice(o.get("tool_choice"), &names)?;
     let (mut thinking, budget) = thinking(o.get("thinking"))?;
-    let (effort, response_format) = output_config(o.get("output_config"))?;
+    let (effort, mut response_format) = output_config(o.get("output_config"))?;
+    // the structured-outputs beta's spelling of the same format (`output_format`)
+    if let Some(f) = get(o, "output_format") {
+        let wrapped = Object::new().with("format", f.clone());
+        let (_, beta) = output_config(Some(&Value::Object(wrapped)))
+            .map_err(|e| ApiError::invalid("output_format", e.message))?;
+        if response_format.is_some() {
+            return Err(ApiError::invalid(
+                "output_format",
+                "give either output_config.format or output_format, not both",
+            ));
+        }
+        response_format = beta;
+    }
     if let (Thinking::On(_), Some(e)) = (thinking, effort) {
         thinking = Thinking::On(e);
     }
     let mut messages = system(o.get("system"))?;
     messages.extend(turns(o.get("messages"), &lim.sign_key)?);
-    let r = convert::render(messages, tools, tool_choice, response_format, thinking, tok)?;
+    let r = convert::render(
+        messages,
+        tools,
+        tool_choice,
+        response_format,
+        thinking,
+        tok,
+        lim,
+        &super::constraint::MESSAGES,
+    )?;
     Ok((r, budget))
 }
 

@@ -145,6 +145,7 @@ pub(super) fn gen_params(
         include_usage,
         logprobs: false,
         top_logprobs: 0,
+        constraints: Default::default(),
     })
 }
 
@@ -243,6 +244,7 @@ mod tests {
                 seed: 0,
             },
             sign_key: b"k".to_vec(),
+            vocabulary: Default::default(),
         }
     }
 

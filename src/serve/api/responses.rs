@@ -20,7 +20,7 @@ use super::convert::{
 use super::fields::check_model;
 use super::params::{check_length, gen_params};
 use super::{ApiError, GenParams, Limits};
-use crate::chat::{self, Effort, Message, Role, Thinking, ToolChoice};
+use crate::chat::{self, Effort, Message, ResponseFormat, Role, Thinking, ToolChoice};
 use crate::json::{Object, Value};
 use crate::tokenizer::Tokenizer;
 
@@ -40,16 +40,16 @@ const ACCEPTED: &[&str] = &[
     "stream",
     "include",
     "parallel_tool_calls",
+    "text",
 ];
 /// Fields accepted and ignored here (Codex CLI and the `openai` client send them): `store`
 /// (read by the route, which keeps the response), request metadata, prompt-cache keys (every held prefix is reused anyway), the service tier,
-/// `text` (verbosity and the plain-text format), truncation, user ids.
+/// truncation, user ids. (`text` is read for its `format`; its `verbosity` is ignored.)
 pub const IGNORED: &[&str] = &[
     "store",
     "metadata",
     "prompt_cache_key",
     "service_tier",
-    "text",
     "truncation",
     "user",
     "safety_identifier",
@@ -155,8 +155,19 @@ pub fn responses_job(
         ids,
         stub,
         thinking,
-    } = render(messages, tools, tool_choice, None, thinking, tok)?;
-    let params = gen_params(o, lim, os_seed, "max_output_tokens")?;
+        constraints,
+    } = render(
+        messages,
+        tools,
+        tool_choice,
+        text_format(get(o, "text"))?,
+        thinking,
+        tok,
+        lim,
+        &super::constraint::RESPONSES,
+    )?;
+    let mut params = gen_params(o, lim, os_seed, "max_output_tokens")?;
+    params.constraints = constraints;
     check_length(ids.len(), stub, &params, lim, "input")?;
     Ok(ResponsesJob {
         ids,
@@ -168,6 +179,56 @@ pub fn responses_job(
         effort,
         encrypted,
     })
+}
+
+/// `text`: `format` — `{"type": "text"}`, `{"type": "json_object"}` or `{"type":
+/// "json_schema", "schema": …, "name"?, "strict"?, "description"?}` (the template's
+/// response-format message and the constraint of the response channel, as chat completions'
+/// `response_format`); `verbosity` is accepted and ignored.
+fn text_format(v: Option<&Value>) -> Result<Option<ResponseFormat>, ApiError> {
+    let o = match v {
+        None => return Ok(None),
+        Some(Value::Object(o)) => o,
+        Some(v) => return Err(type_err("text", "an object", v)),
+    };
+    known_keys(o, &["format", "verbosity"], "text")?;
+    let f = match get(o, "format") {
+        None => return Ok(None),
+        Some(Value::Object(f)) => f,
+        Some(v) => return Err(type_err("text.format", "an object", v)),
+    };
+    match req_str(f, "type", "text.format")? {
+        "text" => {
+            known_keys(f, &[], "text.format")?;
+            Ok(Some(ResponseFormat::Text))
+        }
+        "json_object" => {
+            known_keys(f, &[], "text.format")?;
+            Ok(Some(ResponseFormat::JsonObject))
+        }
+        "json_schema" => {
+            known_keys(
+                f,
+                &["schema", "name", "strict", "description"],
+                "text.format",
+            )?;
+            if let Some(v) = get(f, "strict").filter(|v| v.as_bool().is_none()) {
+                return Err(type_err("text.format.strict", "a boolean", v));
+            }
+            match get(f, "schema") {
+                Some(s @ Value::Object(_)) => Ok(Some(ResponseFormat::JsonSchema(s.clone()))),
+                Some(v) => Err(type_err("text.format.schema", "an object", v)),
+                None => Err(ApiError::invalid(
+                    "text.format.schema",
+                    "missing (required)",
+                )),
+            }
+        }
+        other => Err(ApiError::invalid(
+            "text.format.type",
+            format!("unknown value {other:?} (expected text, json_object or json_schema)"),
+        )),
+    }
 }
 
 /// `include`: known values only; whether it names `reasoning.encrypted_content`.

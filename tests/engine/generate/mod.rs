@@ -5,6 +5,7 @@
 //! list.
 
 mod cli;
+mod constrained;
 mod join;
 mod sample;
 mod session;

@@ -11,9 +11,9 @@ use k3::generate::session::{Sequence, SequenceOptions, Session, StepEvent};
 use k3::generate::stop::{StopReason, StopRules};
 use k3::model::{Dims, Exec, LogitRows, Segment};
 
-type Tiny = Session<'static, ResidentTrunk, PreadExperts>;
+pub(super) type Tiny = Session<'static, ResidentTrunk, PreadExperts>;
 
-fn session(threads: usize) -> Tiny {
+pub(super) fn session(threads: usize) -> Tiny {
     let dir = fixture("tiny-k3");
     let cfg = k3::config::Config::from_file(&dir.join("config.json")).unwrap();
     let d = Dims::from_config(&cfg);
@@ -24,7 +24,7 @@ fn session(threads: usize) -> Tiny {
     Session::new(b.model, b.trunk, b.experts, ex, 5).unwrap()
 }
 
-fn opts(t: f64, seed: u64, gen: u64, stop_ids: Vec<u32>) -> SequenceOptions {
+pub(super) fn opts(t: f64, seed: u64, gen: u64, stop_ids: Vec<u32>) -> SequenceOptions {
     let mut s = SamplerSettings::greedy();
     s.temperature = t;
     s.top_p = 0.95;
@@ -36,7 +36,7 @@ fn opts(t: f64, seed: u64, gen: u64, stop_ids: Vec<u32>) -> SequenceOptions {
     }
 }
 
-fn prompt(n: usize, salt: u32) -> Vec<u32> {
+pub(super) fn prompt(n: usize, salt: u32) -> Vec<u32> {
     (0..n as u32)
         .map(|i| (i * 37 + salt * 101 + 5) % 512)
         .collect()

@@ -100,6 +100,7 @@ fn limits() -> Limits {
             seed: 0,
         },
         sign_key: b"test".to_vec(),
+        vocabulary: Default::default(),
     }
 }
 
