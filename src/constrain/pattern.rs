@@ -13,8 +13,7 @@
 //! In a JSON string each character is written as the JSON writer would (`"`, `\` and control
 //! characters escaped); in a raw tool argument as itself.
 
-use super::grammar::Builder;
-use super::schema::utf8_multibyte;
+use super::grammar::{utf8_multibyte, Builder};
 
 /// Most repetitions one `{m,n}` may ask for (states grow with it).
 const MAX_REPEAT: u32 = 1000;

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use super::grammar::{Builder, Grammar};
+use super::grammar::{utf8_multibyte, Builder, Grammar};
 use super::pattern;
 use super::JsonStyle;
 use crate::json::write_string;
@@ -1130,32 +1130,6 @@ fn hex(b: &mut Builder, from: u32, to: u32) {
     b.bytes(from, b'0', b'9', to);
     b.bytes(from, b'a', b'f', to);
     b.bytes(from, b'A', b'F', to);
-}
-
-/// Well-formed UTF-8 sequences of 2–4 bytes (RFC 3629 table 3-7) from `from` to `to`.
-pub(crate) fn utf8_multibyte(b: &mut Builder, from: u32, to: u32) {
-    let c1 = b.node();
-    b.bytes(c1, 0x80, 0xbf, to);
-    let c2 = b.node();
-    b.bytes(c2, 0x80, 0xbf, c1);
-    let c3 = b.node();
-    b.bytes(c3, 0x80, 0xbf, c2);
-    b.bytes(from, 0xc2, 0xdf, c1);
-    let e0 = b.node();
-    b.byte(from, 0xe0, e0);
-    b.bytes(e0, 0xa0, 0xbf, c1);
-    b.bytes(from, 0xe1, 0xec, c2);
-    let ed = b.node();
-    b.byte(from, 0xed, ed);
-    b.bytes(ed, 0x80, 0x9f, c1);
-    b.bytes(from, 0xee, 0xef, c2);
-    let f0 = b.node();
-    b.byte(from, 0xf0, f0);
-    b.bytes(f0, 0x90, 0xbf, c2);
-    b.bytes(from, 0xf1, 0xf3, c3);
-    let f4 = b.node();
-    b.byte(from, 0xf4, f4);
-    b.bytes(f4, 0x80, 0x8f, c2);
 }
 
 /// Decimal integers without leading zeros in [a, b], from `from` to `to`.
