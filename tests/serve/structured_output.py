@@ -29,7 +29,9 @@ import jsonschema
 import openai
 
 import anthropic_client
-from anthropic_client import K3, MODEL, MODEL_DIR, Server, check, watchdog
+import k3server
+from anthropic_client import Server
+from k3server import K3, MODEL, MODEL_DIR, check
 
 GENEROUS = 400
 OBJ = {"type": "object", "additionalProperties": False}
@@ -283,8 +285,7 @@ def messages(s):
 
 
 def main():
-    anthropic_client.HARD_TIMEOUT = 900
-    watchdog()
+    k3server.watchdog(900)
     with tempfile.TemporaryDirectory() as tmp:
         run_cli(tmp)
     s = Server(["--ctx", "2048", "--threads", "1", "--api-key", "sekrit"])
