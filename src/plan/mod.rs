@@ -14,6 +14,7 @@
 //! one constructor ([`MemoryPlan::of_run`]). Size formatting lives in [`crate::units`].
 
 mod budget;
+mod chunk;
 pub mod released;
 mod shortfall;
 mod sizes;
@@ -31,6 +32,7 @@ pub use sizes::{
     layer_vector_bytes, scratch_bytes, ModelSizes, RunShape, HEAD_CHUNK_BYTES, HEAD_CHUNK_SLOTS,
     PROCESS_BASELINE,
 };
+pub use chunk::{passes, plan_with_chunk, prefill_slice, ChunkPlan, SESSION_CHUNK};
 pub use tables::TablesPlan;
 
 pub use trunk::{choose_trunk, choose_trunk_pieces, min_ring_bytes, TrunkChoice};
@@ -225,6 +227,8 @@ pub struct RunPlan {
     pub cache_slot_bytes: u64,
     /// Why this split, for the report.
     pub notes: Vec<String>,
+    /// The prefill chunk ([`plan_with_chunk`]; default from [`plan_run`] alone).
+    pub chunk: ChunkPlan,
 }
 
 /// Plans a run (ENGINE.md §4): resolves the budget into a trunk budget, the model tables
@@ -339,6 +343,7 @@ pub fn plan_run(
         cache_slots: slots,
         cache_slot_bytes: s.expert_stride,
         notes,
+        chunk: ChunkPlan::default(),
     })
 }
 
