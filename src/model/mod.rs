@@ -164,7 +164,7 @@ impl Exec {
         let mats: Vec<(&[u16], usize, usize)> =
             ws.iter().map(|w| (w.data, w.rows, w.cols)).collect();
         let cols = ws.first().map_or(0, |w| w.cols);
-        let t = if cols == 0 { 0 } else { x.len() / cols };
+        let t = x.len().checked_div(cols).unwrap_or(0);
         if t <= SUB_ROWS {
             let xs = vec![x; ws.len()];
             return self.k.matmul_bf16_many(&mats, &xs, ys);
@@ -452,7 +452,13 @@ impl Model {
         }
         // only the wanted rows are aggregated, normed and multiplied by the lm_head
         let mut picked = vec![0f32; n_rows * h];
-        depth.agg_rows(ex, &self.output.f_output_attn_res, d.eps, &wanted, &mut picked);
+        depth.agg_rows(
+            ex,
+            &self.output.f_output_attn_res,
+            d.eps,
+            &wanted,
+            &mut picked,
+        );
         let mut n = vec![0f32; n_rows * h];
         ex.rmsnorm(&picked, &self.output.norm, d.eps, &mut n);
         let mut logits = vec![0f32; n_rows * d.v];

@@ -86,9 +86,8 @@ pub fn plan_with_chunk(
     prompt: usize,
     fixed: Option<usize>,
 ) -> std::result::Result<RunPlan, Refusal> {
-    let fits = |c: usize| {
-        plan_run(&sizes_at(c), b, available).is_ok_and(|p| p.memory.check().is_ok())
-    };
+    let fits =
+        |c: usize| plan_run(&sizes_at(c), b, available).is_ok_and(|p| p.memory.check().is_ok());
     let chunk = match fixed {
         Some(c) => c.max(1),
         None if prompt == 0 => SESSION_CHUNK,

@@ -26,13 +26,13 @@ pub use budget::{
     gb_to_bytes, preset, presets_text, Budget, Preset, AUTO_MARGIN_MIN, AUTO_MARGIN_SHARE, GB,
     PRESETS,
 };
+pub use chunk::{passes, plan_with_chunk, prefill_slice, ChunkPlan, SESSION_CHUNK};
 pub use shortfall::{Limit, Refusal, Shortfall};
 pub use sizes::{
     buffer_bytes, kernel_scratch_bytes, layer_piece_bytes, layer_run_bytes, layer_trunk_bytes,
     layer_vector_bytes, scratch_bytes, ModelSizes, RunShape, HEAD_CHUNK_BYTES, HEAD_CHUNK_SLOTS,
     PROCESS_BASELINE,
 };
-pub use chunk::{passes, plan_with_chunk, prefill_slice, ChunkPlan, SESSION_CHUNK};
 pub use tables::TablesPlan;
 
 pub use trunk::{choose_trunk, choose_trunk_pieces, min_ring_bytes, TrunkChoice};

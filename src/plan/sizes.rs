@@ -69,7 +69,9 @@ pub fn scratch_bytes(d: &Dims, t: usize, rows: usize) -> u64 {
 pub fn cross_position_floats(d: &Dims) -> u64 {
     let snapshots = d.nl.div_ceil(d.bs) + 1;
     let depth = (snapshots + 1 + 4) * d.h; // B, P, the embedding row, xa, xn, y
-    let moe = 2 * d.e + 2 * d.l + d.kt * d.l + d.h; // router, latent in/out, slots, shared
+                                           // router scores, latent in, aggregate and its norm's input, the Kt slot outputs and
+                                           // selections, the shared experts' output
+    let moe = 2 * d.e + 3 * d.l + d.kt * (d.l + 2) + d.h;
     let ffn = moe.max(d.f);
     (depth + ffn + d.mla_row()) as u64
 }

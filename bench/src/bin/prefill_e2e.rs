@@ -9,7 +9,8 @@
 //! cargo run --release -p k3-bench --bin prefill_e2e -- --model DIR --k3 target/release/k3 \
 //!     [--k3-old PATH] [--prompts 512,2048] [--budgets resident,floor] [--threads 2] [--out FILE]
 //!
-//! `floor` is each binary's smallest accepted `--mem-gb` (a refused probe's reported plan).
+//! `floor` is the smallest `--mem-gb` that accepts chunks of 64 positions (the previous
+//! default; a refused probe's reported plan, from `--k3-old` when given), the same for both.
 //! One pass over the weights = the trunk, the whole lm_head, the prompt's embedding rows and
 //! every expert the prompt selects once (the expert bytes a resident run of the same prompt
 //! reads into its empty cache).
@@ -151,10 +152,13 @@ fn main() {
         bins.push(("old", p.clone()));
     }
     for &p in &o.prompts {
-        let ids: Vec<String> = (0..p).map(|i| ((i * 7919 + 13) % d.v).to_string()).collect();
+        let ids: Vec<String> = (0..p)
+            .map(|i| ((i * 7919 + 13) % d.v).to_string())
+            .collect();
         let ids = ids.join(",");
         let macs = prompt_macs(&cfg, &d, p);
         let mut experts_once = None;
+        let mut floor: Option<u64> = None;
         for budget in &o.budgets {
             for (label, bin) in &bins {
                 let threads = vec!["--threads".to_string(), o.threads.to_string()];
@@ -162,11 +166,22 @@ fn main() {
                 match budget.as_str() {
                     "resident" => {}
                     "floor" => {
-                        let mut probe = threads.clone();
-                        probe.extend(["--mem-gb".into(), "0.000001".into()]);
-                        let r = k3_run(bin, &o.model, &ids, &probe, "probe");
-                        let total = u(&r.json, &["memory", "plan", "total"]);
-                        extra.extend(["--mem-gb".into(), format!("{:.9}", (total + 1) as f64 / 1e9)]);
+                        // one budget for both binaries: the smallest that accepts chunks of 64
+                        // (the previous default), so `auto` shows what it makes of the same
+                        // memory
+                        let floor = *floor.get_or_insert_with(|| {
+                            let mut probe = threads.clone();
+                            probe.extend(
+                                ["--prefill-chunk", "64", "--mem-gb", "0.000001"].map(String::from),
+                            );
+                            let (_, first) = &bins[bins.len() - 1];
+                            let r = k3_run(first, &o.model, &ids, &probe, "probe");
+                            u(&r.json, &["memory", "plan", "total"])
+                        });
+                        extra.extend([
+                            "--mem-gb".into(),
+                            format!("{:.9}", (floor + 1) as f64 / 1e9),
+                        ]);
                     }
                     gb => extra.extend(["--mem-gb".into(), gb.to_string()]),
                 }
@@ -185,10 +200,8 @@ fn main() {
                     + expert_bytes
                     + u(&r.json, &["io", "lm_head_bytes_read"])
                     + u(&r.json, &["io", "embedding_bytes_read"]);
-                let one_pass = trunk
-                    + table
-                    + (p as u64) * 2 * d.h as u64
-                    + experts_once.unwrap_or(0);
+                let one_pass =
+                    trunk + table + (p as u64) * 2 * d.h as u64 + experts_once.unwrap_or(0);
                 let chunk = r
                     .stderr
                     .lines()
@@ -214,7 +227,9 @@ fn main() {
         }
     }
     let mut s = String::new();
-    s.push_str("# k3 end-to-end prefill against the compute roof measured in the same run (issue 23)\n");
+    s.push_str(
+        "# k3 end-to-end prefill against the compute roof measured in the same run (issue 23)\n",
+    );
     s.push_str(&format!(
         "# command: cargo run --release -p k3-bench --bin prefill_e2e -- {}\n",
         std::env::args().skip(1).collect::<Vec<_>>().join(" ")

@@ -10,7 +10,8 @@ use crate::cli::tokenize::tokenizer_dir;
 use crate::error::{Error, Result};
 use crate::model::Exec;
 use crate::plan::{
-    gb, layer_list, plan_run, plan_with_chunk, Limit, ModelSizes, Refusal, RunPlan, RunShape, Shortfall,
+    gb, layer_list, plan_run, plan_with_chunk, Limit, ModelSizes, Refusal, RunPlan, RunShape,
+    Shortfall,
 };
 use crate::report::RunReport;
 use crate::stream::pieces::pieces_text;

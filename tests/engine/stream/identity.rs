@@ -411,7 +411,12 @@ fn prefill_chunk_never_changes_a_logit_resident_or_at_the_floor() {
         probe_args.extend_from_slice(&ck);
         probe_args.extend_from_slice(&["--trunk", packed, "--mem-gb", "0.000001"]);
         let probe = run(&model, &format!("chunks_probe_{chunk}"), &probe_args);
-        assert_eq!(probe.code, Some(3), "chunk {chunk}: probe:\n{}", probe.stderr);
+        assert_eq!(
+            probe.code,
+            Some(3),
+            "chunk {chunk}: probe:\n{}",
+            probe.stderr
+        );
         let floor = gb_arg(probe.u64(&["memory", "plan", "total"]));
         let floor_args = ["--trunk", packed, "--mem-gb", floor.as_str()];
         for (plan, extra) in [("resident", &[][..]), ("floor", &floor_args[..])] {
@@ -423,7 +428,11 @@ fn prefill_chunk_never_changes_a_logit_resident_or_at_the_floor() {
                 }
                 let name = format!("{plan}_{chunk}_{}", if full { "full" } else { "inc" });
                 let r = go(&name, &a);
-                assert_eq!(r.hash(), base.hash(), "chunk {chunk}, {name}: logits differ");
+                assert_eq!(
+                    r.hash(),
+                    base.hash(),
+                    "chunk {chunk}, {name}: logits differ"
+                );
                 assert_eq!(r.generated(), base.generated(), "chunk {chunk}, {name}");
                 if plan == "floor" {
                     assert_eq!(r.u64(&["trunk", "pinned_layers"]), 0, "{name}");
