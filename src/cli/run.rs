@@ -92,7 +92,8 @@ usage: k3 <model_dir> [options]   (also: k3 run <model_dir> [options])
   --tok DIR            tokenizer directory (default: the model directory when it holds one)
   --config PATH        config file (default: <model_dir>/config.json)
   -n, --gen N          tokens to generate (default 16; 0 = teacher-forced forward only)
-  --prefill-chunk N    positions per prefill chunk (default 64; never changes a logit)
+  --prefill-chunk N|auto  positions per prefill chunk (default auto: the whole prompt
+                       if the budget allows, else as long as it allows; never changes a logit)
   --full-recompute     re-run the whole prefix every step (diagnostic; same logits)
   --stop-id ID         extra end id (repeatable); [EOS] and <|end_of_msg|> always end
   --stop TEXT          stop when the generated text contains TEXT (repeatable; not printed)
@@ -138,7 +139,8 @@ struct Request {
     config: PathBuf,
     gen: usize,
     full_recompute: bool,
-    chunk: usize,
+    /// `--prefill-chunk N`; `None`: auto (the plan chooses, [`crate::plan::plan_with_chunk`]).
+    chunk: Option<usize>,
     stop_ids: Vec<u32>,
     /// `--stop` strings.
     stop_texts: Vec<String>,
@@ -557,7 +559,7 @@ fn open_session<'t>(
         codec_threads: ex.threads(),
     };
     let run = Run::open(b.index, &inp.cfg, b.census, b.prep, open, rep)?;
-    let mut sess = run.into_session(ex, req.chunk)?;
+    let mut sess = run.into_session(ex, crate::plan::prefill_slice(b.rp))?;
     sess.full_recompute = req.full_recompute;
     sess.spec.max_draft = req.spec;
     Ok(sess)

@@ -52,4 +52,16 @@ impl Depth {
             ex.attn_res_agg(&src, f, eps, &mut out[r]);
         }
     }
+
+    /// out = Agg(B ++ [P]; f) for the positions `rows` only, `out` [rows.len(), H]: the output
+    /// aggregation of the rows whose logits are used (MODEL.md §6.8).
+    pub fn agg_rows(&self, ex: &Exec, f: &[f32], eps: f64, rows: &[usize], out: &mut [f32]) {
+        let h = f.len();
+        for (j, &pos) in rows.iter().enumerate() {
+            let r = pos * h..(pos + 1) * h;
+            let mut src: Vec<&[f32]> = self.snapshots.iter().map(|s| &s[r.clone()]).collect();
+            src.push(&self.p[r.clone()]);
+            ex.attn_res_agg(&src, f, eps, &mut out[j * h..(j + 1) * h]);
+        }
+    }
 }

@@ -145,18 +145,50 @@ impl Exec {
         Exec { k }
     }
     /// y[t][r] = rnd(dot(W[r], x[t])) for every row t of `x` ([T, cols]); y [T, rows].
+    /// Rows go to the kernels in sub-blocks of at most [`SUB_ROWS`] (each output element is
+    /// its own `dot`, so the blocking never changes a bit, MODEL.md §5.2), which bounds the
+    /// kernels' per-thread scratch whatever the chunk.
     pub fn matmul(&self, w: &Bf16Mat<'_>, x: &[f32], y: &mut [f32]) {
-        self.k.matmul_bf16(w.data, w.rows, w.cols, x, y);
+        let (xs, ys) = (SUB_ROWS * w.cols, SUB_ROWS * w.rows);
+        if x.len() <= xs || w.cols == 0 || w.rows == 0 {
+            return self.k.matmul_bf16(w.data, w.rows, w.cols, x, y);
+        }
+        for (xb, yb) in x.chunks(xs).zip(y.chunks_mut(ys)) {
+            self.k.matmul_bf16(w.data, w.rows, w.cols, xb, yb);
+        }
     }
     /// Several products of one input in one parallel job: ys[j] = ws[j] x, each exactly as
-    /// [`Exec::matmul`] computes it (no barrier between the projections of one input).
+    /// [`Exec::matmul`] computes it (no barrier between the projections of one input); rows
+    /// in sub-blocks of at most [`SUB_ROWS`], as there.
     pub fn matmul_same_x(&self, ws: &[&Bf16Mat<'_>], x: &[f32], ys: &mut [&mut [f32]]) {
         let mats: Vec<(&[u16], usize, usize)> =
             ws.iter().map(|w| (w.data, w.rows, w.cols)).collect();
-        let xs = vec![x; ws.len()];
-        self.k.matmul_bf16_many(&mats, &xs, ys);
+        let cols = ws.first().map_or(0, |w| w.cols);
+        let t = x.len().checked_div(cols).unwrap_or(0);
+        if t <= SUB_ROWS {
+            let xs = vec![x; ws.len()];
+            return self.k.matmul_bf16_many(&mats, &xs, ys);
+        }
+        for r0 in (0..t).step_by(SUB_ROWS) {
+            let r1 = (r0 + SUB_ROWS).min(t);
+            let xs = vec![&x[r0 * cols..r1 * cols]; ws.len()];
+            let mut yb: Vec<&mut [f32]> = ys
+                .iter_mut()
+                .zip(ws)
+                .map(|(y, w)| &mut y[r0 * w.rows..r1 * w.rows])
+                .collect();
+            self.k.matmul_bf16_many(&mats, &xs, &mut yb);
+        }
     }
 }
+
+/// Positions per sub-block of a layer's wide intermediates (KDA and MLA projections, FFN and
+/// expert activations) and rows per kernel call: only the per-position state that lives
+/// across layers (the depth snapshots and running sum of MODEL.md §6.3, the layer's input and
+/// output rows, the MoE's per-slot expert outputs) is held for a whole prefill chunk, so a
+/// long chunk costs little more than that state (ENGINE.md §4). Rows are independent in
+/// every product and activation, so the sub-blocking never changes a bit (MODEL.md §7).
+pub const SUB_ROWS: usize = 64;
 
 impl std::ops::Deref for Exec {
     type Target = Kernels;
@@ -418,13 +450,15 @@ impl Model {
         if n_rows == 0 {
             return Ok(vec![Vec::new(); segs.len()]);
         }
-        let t = places.places.len();
-        let mut fin = vec![0f32; t * h];
-        depth.agg(ex, &self.output.f_output_attn_res, d.eps, &mut fin);
+        // only the wanted rows are aggregated, normed and multiplied by the lm_head
         let mut picked = vec![0f32; n_rows * h];
-        for (j, &r) in wanted.iter().enumerate() {
-            picked[j * h..(j + 1) * h].copy_from_slice(&fin[r * h..(r + 1) * h]);
-        }
+        depth.agg_rows(
+            ex,
+            &self.output.f_output_attn_res,
+            d.eps,
+            &wanted,
+            &mut picked,
+        );
         let mut n = vec![0f32; n_rows * h];
         ex.rmsnorm(&picked, &self.output.norm, d.eps, &mut n);
         let mut logits = vec![0f32; n_rows * d.v];
@@ -464,7 +498,10 @@ impl Model {
 }
 
 /// Step 3 of §6.3 for layer `l`: KDA or MLA over the batch's rows `xn` ([T, H]), each segment
-/// over its own state; writes `y` [T, H].
+/// over its own state; writes `y` [T, H]. The rows run in sub-blocks of [`SUB_ROWS`] in order
+/// (each weight still read once from its part): a KDA state and an MLA cache advance through
+/// the sub-blocks exactly as through the whole chunk, so only one sub-block's projections are
+/// ever held (MODEL.md §6.4, §6.5, §7).
 #[allow(clippy::too_many_arguments)]
 fn attention(
     ex: &Exec,
@@ -477,27 +514,55 @@ fn attention(
     y: &mut [f32],
 ) -> Result<()> {
     let mismatch = || Error::internal(format!("layer {l}: state kind mismatch"));
-    match &lw.attn {
-        AttnWeights::Kda(w) => {
-            let mut parts = Vec::with_capacity(segs.len());
-            for s in segs.iter_mut() {
-                match &mut s.state.layers[l] {
-                    LayerState::Kda(st) => parts.push((st, s.ids.len())),
-                    _ => return Err(mismatch()),
-                }
+    let h = d.h;
+    let t = xn.len() / h;
+    for a in (0..t).step_by(SUB_ROWS) {
+        let b = (a + SUB_ROWS).min(t);
+        let (xs, ys) = (&xn[a * h..b * h], &mut y[a * h..b * h]);
+        // each segment's rows inside [a, b): (segment, first row within the segment, count)
+        let mut r0 = 0;
+        let mut spans = Vec::new();
+        for (si, s) in segs.iter().enumerate() {
+            let (lo, hi) = (a.max(r0), b.min(r0 + s.ids.len()));
+            if lo < hi {
+                spans.push((si, lo - r0, hi - lo));
             }
-            kda::forward(ex, d, &w.mats.view(buf), &w.vecs, &mut parts, xn, y);
+            r0 += s.ids.len();
         }
-        AttnWeights::Mla(w) => {
-            let mut parts = Vec::with_capacity(segs.len());
-            for s in segs.iter_mut() {
-                let pos0 = s.state.n_pos;
-                match &mut s.state.layers[l] {
-                    LayerState::Mla(c) => parts.push((c, pos0, s.ids.len())),
-                    _ => return Err(mismatch()),
+        match &lw.attn {
+            AttnWeights::Kda(w) => {
+                let mut parts = Vec::with_capacity(spans.len());
+                for (s, &(_, _, n)) in segs
+                    .iter_mut()
+                    .enumerate()
+                    .filter(|(si, _)| spans.iter().any(|x| x.0 == *si))
+                    .map(|x| x.1)
+                    .zip(&spans)
+                {
+                    match &mut s.state.layers[l] {
+                        LayerState::Kda(st) => parts.push((st, n)),
+                        _ => return Err(mismatch()),
+                    }
                 }
+                kda::forward(ex, d, &w.mats.view(buf), &w.vecs, &mut parts, xs, ys);
             }
-            mla::forward(ex, d, &w.mats.view(buf), &w.vecs, &mut parts, xn, y);
+            AttnWeights::Mla(w) => {
+                let mut parts = Vec::with_capacity(spans.len());
+                for (s, &(_, off, n)) in segs
+                    .iter_mut()
+                    .enumerate()
+                    .filter(|(si, _)| spans.iter().any(|x| x.0 == *si))
+                    .map(|x| x.1)
+                    .zip(&spans)
+                {
+                    let pos0 = s.state.n_pos + off;
+                    match &mut s.state.layers[l] {
+                        LayerState::Mla(c) => parts.push((c, pos0, n)),
+                        _ => return Err(mismatch()),
+                    }
+                }
+                mla::forward(ex, d, &w.mats.view(buf), &w.vecs, &mut parts, xs, ys);
+            }
         }
     }
     Ok(())

@@ -10,7 +10,7 @@
 use super::experts::ExpertSource;
 use super::ffn;
 use super::weights::{MoeMats, MoeVecs};
-use super::{Dims, Exec};
+use super::{Dims, Exec, SUB_ROWS};
 use crate::error::{Error, Result};
 
 /// The experts chosen for one position, in selection order (key descending, ties to the lower
@@ -50,7 +50,7 @@ pub fn forward(
     out: &mut [f32],
 ) -> Result<()> {
     let t = x.len() / d.h;
-    let (e_n, kt, l, inter) = (d.e, d.kt, d.l, d.i);
+    let (e_n, kt, l) = (d.e, d.kt, d.l);
     // 1. router on the full width: independent sigmoids (with the latent down-projection of
     //    step 4, which reads the same x, in one job)
     let mut r = vec![0f32; t * e_n];
@@ -88,8 +88,9 @@ pub fn forward(
         // The source hands over the experts it holds first and the others as their reads
         // land; each output (position, slot) is formed by one expert whatever the grouping.
         experts.with_experts(layer, group, &mut |ids, views| {
-            // The (position, slot) pairs of each expert, and its inputs gathered [n_e, L],
-            // all experts of the call concatenated.
+            // The (position, slot) pairs of each expert, cut into pieces of at most
+            // SUB_ROWS rows, and the pieces into runs of at most SUB_ROWS·Kt rows: one run's
+            // activations are held at a time, whatever the chunk.
             let users: Vec<Vec<(usize, usize)>> = ids
                 .iter()
                 .map(|&e| {
@@ -98,44 +99,21 @@ pub fn forward(
                         .collect()
                 })
                 .collect();
-            let total: usize = users.iter().map(Vec::len).sum();
-            let mut xe = vec![0f32; total * l];
-            for (j, &(p, _)) in users.iter().flatten().enumerate() {
-                xe[j * l..(j + 1) * l].copy_from_slice(&zl[p * l..(p + 1) * l]);
-            }
-            let counts: Vec<usize> = users.iter().map(Vec::len).collect();
-            let xs = pieces(&xe, &counts, l);
-            // Gate and up projections of every expert in one parallel job, then SiTU-GLU
-            // over all of them (element-wise), then every down projection in one job.
-            let mut a = vec![0f32; total * inter];
-            let mut b = vec![0f32; total * inter];
-            {
-                let mut ws = Vec::with_capacity(2 * views.len());
-                let mut xin = Vec::with_capacity(2 * views.len());
-                let mut ys = Vec::with_capacity(2 * views.len());
-                for ((ev, x), (ya, yb)) in views.iter().zip(&xs).zip(
-                    split_rows(&mut a, &counts, inter)
-                        .into_iter()
-                        .zip(split_rows(&mut b, &counts, inter)),
-                ) {
-                    ws.extend([ev.w1, ev.w3]);
-                    xin.extend([*x, *x]);
-                    ys.extend([ya, yb]);
+            let pieces: Vec<(usize, &[(usize, usize)])> = users
+                .iter()
+                .enumerate()
+                .flat_map(|(j, u)| u.chunks(SUB_ROWS).map(move |c| (j, c)))
+                .collect();
+            let cap = SUB_ROWS * kt;
+            let mut start = 0;
+            while start < pieces.len() {
+                let (mut end, mut total) = (start, 0);
+                while end < pieces.len() && (end == start || total + pieces[end].1.len() <= cap) {
+                    total += pieces[end].1.len();
+                    end += 1;
                 }
-                ex.matmul_mxfp4_many(&ws, &xin, &mut ys);
-            }
-            let mut hh = vec![0f32; total * inter];
-            ex.situ_glu(&a, &b, d.beta1, d.beta2, &mut hh);
-            let mut ye = vec![0f32; total * l];
-            {
-                let w2: Vec<_> = views.iter().map(|ev| ev.w2).collect();
-                let hs = pieces(&hh, &counts, inter);
-                let mut ys = split_rows(&mut ye, &counts, l);
-                ex.matmul_mxfp4_many(&w2, &hs, &mut ys);
-            }
-            for (j, &(p, k)) in users.iter().flatten().enumerate() {
-                let dst = (p * kt + k) * l;
-                y[dst..dst + l].copy_from_slice(&ye[j * l..(j + 1) * l]);
+                run_experts(ex, d, views, &pieces[start..end], &zl, &mut y);
+                start = end;
             }
             Ok(())
         })?;
@@ -166,6 +144,59 @@ pub fn forward(
         ex.add(out, &sh);
     }
     Ok(())
+}
+
+/// Step 5 for one run of expert pieces: each piece `(j, users)` is expert `views[j]` over its
+/// (position, slot) users; inputs gathered from `zl` ([T, L]), the gate and up products of
+/// every piece in one parallel job, SiTU-GLU, every down product in one job, and each output
+/// written to `y` at `[position][slot][L]`. Every output row is formed by its expert alone,
+/// so the cut into pieces and runs never changes a bit.
+fn run_experts(
+    ex: &Exec,
+    d: &Dims,
+    views: &[super::experts::ExpertView<'_>],
+    run: &[(usize, &[(usize, usize)])],
+    zl: &[f32],
+    y: &mut [f32],
+) {
+    let (l, inter, kt) = (d.l, d.i, d.kt);
+    let counts: Vec<usize> = run.iter().map(|x| x.1.len()).collect();
+    let total: usize = counts.iter().sum();
+    let mut xe = vec![0f32; total * l];
+    for (j, &(p, _)) in run.iter().flat_map(|x| x.1.iter()).enumerate() {
+        xe[j * l..(j + 1) * l].copy_from_slice(&zl[p * l..(p + 1) * l]);
+    }
+    let xs = pieces(&xe, &counts, l);
+    let mut a = vec![0f32; total * inter];
+    let mut b = vec![0f32; total * inter];
+    {
+        let mut ws = Vec::with_capacity(2 * run.len());
+        let mut xin = Vec::with_capacity(2 * run.len());
+        let mut ys = Vec::with_capacity(2 * run.len());
+        for ((&(j, _), x), (ya, yb)) in run.iter().zip(&xs).zip(
+            split_rows(&mut a, &counts, inter)
+                .into_iter()
+                .zip(split_rows(&mut b, &counts, inter)),
+        ) {
+            ws.extend([views[j].w1, views[j].w3]);
+            xin.extend([*x, *x]);
+            ys.extend([ya, yb]);
+        }
+        ex.matmul_mxfp4_many(&ws, &xin, &mut ys);
+    }
+    let mut hh = vec![0f32; total * inter];
+    ex.situ_glu(&a, &b, d.beta1, d.beta2, &mut hh);
+    let mut ye = vec![0f32; total * l];
+    {
+        let w2: Vec<_> = run.iter().map(|&(j, _)| views[j].w2).collect();
+        let hs = pieces(&hh, &counts, inter);
+        let mut ys = split_rows(&mut ye, &counts, l);
+        ex.matmul_mxfp4_many(&w2, &hs, &mut ys);
+    }
+    for (j, &(p, k)) in run.iter().flat_map(|x| x.1.iter()).enumerate() {
+        let dst = (p * kt + k) * l;
+        y[dst..dst + l].copy_from_slice(&ye[j * l..(j + 1) * l]);
+    }
 }
 
 /// `v` cut into consecutive pieces of `counts[j] · width` values.

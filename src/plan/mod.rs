@@ -14,6 +14,7 @@
 //! one constructor ([`MemoryPlan::of_run`]). Size formatting lives in [`crate::units`].
 
 mod budget;
+mod chunk;
 mod join;
 pub mod released;
 mod shortfall;
@@ -26,6 +27,7 @@ pub use budget::{
     gb_to_bytes, preset, presets_text, Budget, Preset, AUTO_MARGIN_MIN, AUTO_MARGIN_SHARE, GB,
     PRESETS,
 };
+pub use chunk::{passes, plan_with_chunk, prefill_slice, ChunkPlan, SESSION_CHUNK};
 pub use join::join_slice;
 pub use shortfall::{Limit, Refusal, Shortfall};
 pub use sizes::{
@@ -227,6 +229,8 @@ pub struct RunPlan {
     pub cache_slot_bytes: u64,
     /// Why this split, for the report.
     pub notes: Vec<String>,
+    /// The prefill chunk ([`plan_with_chunk`]; default from [`plan_run`] alone).
+    pub chunk: ChunkPlan,
 }
 
 /// Plans a run (ENGINE.md §4): resolves the budget into a trunk budget, the model tables
@@ -341,6 +345,7 @@ pub fn plan_run(
         cache_slots: slots,
         cache_slot_bytes: s.expert_stride,
         notes,
+        chunk: ChunkPlan::default(),
     })
 }
 

@@ -49,16 +49,31 @@ pub fn layer_trunk_bytes(d: &Dims, l: usize) -> u64 {
 }
 
 /// Upper bound of the forward pass's scratch for a chunk of `t` positions keeping `rows`
-/// logits rows (activations of the widest layer, the depth state, expert outputs).
+/// logits rows. Only what lives across a layer scales with the whole chunk (`cross_position_bytes`):
+/// the depth snapshots and running sum, the layer's input, normed input and output rows, the
+/// router scores, the latent rows and each position's Kt expert outputs (or the dense FFN's
+/// activation row). The wide per-layer intermediates (KDA and MLA projections, FFN and expert
+/// activations) are held for one sub-block of at most [`crate::model::SUB_ROWS`] positions
+/// (`model::attention`, `model::ffn`, `model::moe`).
 pub fn scratch_bytes(d: &Dims, t: usize, rows: usize) -> u64 {
+    let sub = t.min(crate::model::SUB_ROWS) as u64;
     let kda = 12 * d.pk + d.dk + d.hk;
-    let mla = 2 * d.rq + d.hm * d.dq + 2 * d.mla_row() + 3 * d.hm * d.dv;
-    let ffn = 3 * d.f.max(d.sw).max(d.i);
-    let moe = d.e + 3 * d.l + 2 * d.kt * d.l + 3 * d.i * d.kt;
+    let mla = 2 * d.rq + d.hm * d.dq + 2 * d.mla_row() + 4 * d.hm * d.dv;
+    let ffn = 2 * d.f.max(d.sw) + d.sw;
+    let experts = d.kt * (3 * d.i + 2 * d.l);
+    let wide = (kda.max(mla) + ffn + experts) as u64;
+    4 * (t as u64 * cross_position_floats(d) + sub * wide + rows as u64 * (d.v + d.h) as u64)
+}
+
+/// Floats per position held for a whole chunk (see [`scratch_bytes`]).
+pub fn cross_position_floats(d: &Dims) -> u64 {
     let snapshots = d.nl.div_ceil(d.bs) + 1;
-    let depth = (snapshots + 6) * d.h;
-    let per_pos = kda.max(mla) + ffn + moe + depth;
-    4 * (t as u64 * per_pos as u64 + rows as u64 * d.v as u64 + (t as u64) * d.mla_row() as u64)
+    let depth = (snapshots + 1 + 4) * d.h; // B, P, the embedding row, xa, xn, y
+                                           // router scores, latent in, aggregate and its norm's input, the Kt slot outputs and
+                                           // selections, the shared experts' output
+    let moe = 2 * d.e + 3 * d.l + d.kt * (d.l + 2) + d.h;
+    let ffn = moe.max(d.f);
+    (depth + ffn + d.mla_row()) as u64
 }
 
 /// The kernels' per-thread scratch for chunks of `t` positions on `threads` threads
@@ -193,7 +208,7 @@ impl ModelSizes {
             kda_state: DecodeState::kda_bytes(d, r.layers).saturating_mul(kda_states as u64),
             mla_cache: DecodeState::mla_bytes(d, r.layers, positions).saturating_mul(seqs as u64),
             scratch: scratch_bytes(d, chunk, logits_rows)
-                + kernel_scratch_bytes(d, chunk, r.threads)
+                + kernel_scratch_bytes(d, chunk.min(crate::model::SUB_ROWS), r.threads)
                 + held_logits
                 + r.codec_staging,
             tokenizer: r.tokenizer,

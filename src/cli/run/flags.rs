@@ -236,13 +236,16 @@ pub(super) fn positive(a: &Args, name: &str) -> Result<Option<usize>> {
     Ok(v)
 }
 
-/// `--prefill-chunk N` (default 64), `--threads N` (1 to the pool's most), `--layers N`.
-/// Errors (exit 2): 0 or a thread count out of range.
-pub(super) fn compute_flags(a: &Args) -> Result<(usize, Option<usize>, Option<usize>)> {
-    let chunk = a
-        .parsed::<usize>("prefill-chunk", "a positive integer")?
-        .unwrap_or(64);
-    if chunk == 0 {
+/// `--prefill-chunk N|auto` (default auto: `None`, the plan chooses, `crate::plan::plan_with_chunk`),
+/// `--threads N` (1 to the pool's most), `--layers N`.
+/// Errors (exit 2): 0, neither a number nor `auto`, or a thread count out of range.
+pub(super) fn compute_flags(a: &Args) -> Result<(Option<usize>, Option<usize>, Option<usize>)> {
+    let chunk = match a.value("prefill-chunk")? {
+        Some(v) if v.trim() == "auto" => None,
+        Some(_) => a.parsed::<usize>("prefill-chunk", "a positive integer or `auto`")?,
+        None => None,
+    };
+    if chunk == Some(0) {
         return Err(Error::invalid("flag `--prefill-chunk`: must be at least 1"));
     }
     let threads = a.parsed::<usize>("threads", "a positive integer")?;

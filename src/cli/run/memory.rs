@@ -10,7 +10,8 @@ use crate::cli::tokenize::tokenizer_dir;
 use crate::error::{Error, Result};
 use crate::model::Exec;
 use crate::plan::{
-    gb, layer_list, plan_run, Limit, ModelSizes, Refusal, RunPlan, RunShape, Shortfall,
+    gb, layer_list, plan_run, plan_with_chunk, Limit, ModelSizes, Refusal, RunPlan, RunShape,
+    Shortfall,
 };
 use crate::report::RunReport;
 use crate::stream::pieces::pieces_text;
@@ -66,11 +67,23 @@ pub(super) fn plan_memory(c: &PlanInputs<'_>, rep: &mut RunReport) -> Result<Run
     let sizes_for = |par: usize| model_sizes(c, par, c.inp.positions);
     let sizes = sizes_for(req.parallel);
     let available = crate::io::sys::memory_available().available();
-    let rp = match plan_run(&sizes, &req.budget, available) {
+    // `auto` sizes the chunk to the prompt when the run knows it (run, not chat or serve)
+    let prompt = if req.chat || req.serve || req.batch.is_some() {
+        0
+    } else {
+        c.inp.ids.len()
+    };
+    let at_chunk = |chunk: usize| model_sizes_at(c, req.parallel, c.inp.positions, chunk);
+    let rp = match plan_with_chunk(&at_chunk, &req.budget, available, prompt, req.chunk) {
         Ok(p) => p,
         Err(e) => {
-            // The report still carries the figures: the smallest plan of this model.
-            rep.plan = Some(crate::plan::minimum_plan(&sizes, available));
+            // The report still carries the figures: the smallest plan of this model (with
+            // `auto`, at the smallest chunk the plan could have chosen).
+            let least = match (req.chunk, prompt) {
+                (Some(_), _) | (None, 0) => sizes,
+                (None, _) => at_chunk(1),
+            };
+            rep.plan = Some(crate::plan::minimum_plan(&least, available));
             return Err(parallel_shortfall(
                 &sizes_for,
                 req,
@@ -89,6 +102,7 @@ pub(super) fn plan_memory(c: &PlanInputs<'_>, rep: &mut RunReport) -> Result<Run
     if rp.trunk.ring_slots > 0 {
         say(&pieces_line(c, &rp));
     }
+    say(&format!("  {}", rp.chunk.line()));
     rep.plan = Some(plan.clone());
     rep.budget_name = rp.budget_name.clone();
     rep.budget = rp.budget;
@@ -148,6 +162,17 @@ fn largest_fitting(most: usize, fit: &dyn Fn(usize) -> bool) -> Option<usize> {
 /// state and MLA cache for `positions`; a step's forward over `par` rows), plus the run's
 /// snapshot slots (each planned as one more sequence: a snapshot holds at most that).
 pub(super) fn model_sizes(c: &PlanInputs<'_>, par: usize, positions: usize) -> ModelSizes {
+    let chunk = c.req.chunk.unwrap_or(crate::plan::SESSION_CHUNK);
+    model_sizes_at(c, par, positions, chunk)
+}
+
+/// As [`model_sizes`] with prefill chunks of `chunk` positions.
+pub(super) fn model_sizes_at(
+    c: &PlanInputs<'_>,
+    par: usize,
+    positions: usize,
+    chunk: usize,
+) -> ModelSizes {
     let (req, inp, prep) = (c.req, c.inp, c.prep);
     ModelSizes::for_run(
         &inp.d,
@@ -162,7 +187,7 @@ pub(super) fn model_sizes(c: &PlanInputs<'_>, par: usize, positions: usize) -> M
             embed: prep.tables.embed.len,
             lm_head: prep.tables.lm_head.as_ref().map(|m| m.len).unwrap_or(0),
             positions,
-            chunk: req.chunk,
+            chunk,
             all_logits: c.want_all,
             threads: c.ex.threads(),
             // flags' counts: `--snapshots 18446744073709551615` wrapped the sum to fewer

@@ -387,3 +387,57 @@ fn tied_table_logits_are_identical_resident_partly_resident_and_streamed() {
     table_splits(&dir, "tied", ids, 5, &base);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The prefill chunk never changes a logit (ENGINE.md §3, MODEL.md §7): chunks of 1, 7, 64 and
+/// 500 positions and `auto`, on a prompt longer than a sub-block (`k3::model::SUB_ROWS`), at
+/// the resident plan and at each chunk's smallest accepted budget (a packed trunk streamed
+/// through the smallest ring, top-k cache slots, tables streamed), incremental and with full
+/// recompute; every run gives the resident chunk-1 run's hash and tokens.
+#[test]
+fn prefill_chunk_never_changes_a_logit_resident_or_at_the_floor() {
+    let model = fixture("tiny-k3");
+    let n = k3::model::SUB_ROWS + 30;
+    let ids: Vec<String> = (0..n).map(|i| ((i * 37 + 11) % 512).to_string()).collect();
+    let ids = ids.join(",");
+    let base_args = ["--ids", ids.as_str(), "--gen", "3"];
+    let go = |name: &str, extra: &[&str]| checked_run(&model, "chunks", &base_args, name, extra);
+    let base = go("base", &["--prefill-chunk", "1"]);
+    let packed = packed_trunk(&model, "stream_chunks_packed");
+    let packed = packed.to_str().unwrap();
+    for chunk in ["1", "7", "64", "500", "auto"] {
+        let ck = ["--prefill-chunk", chunk];
+        // The floor for this chunk: the smallest plan a refused tiny budget reports.
+        let mut probe_args = base_args.to_vec();
+        probe_args.extend_from_slice(&ck);
+        probe_args.extend_from_slice(&["--trunk", packed, "--mem-gb", "0.000001"]);
+        let probe = run(&model, &format!("chunks_probe_{chunk}"), &probe_args);
+        assert_eq!(
+            probe.code,
+            Some(3),
+            "chunk {chunk}: probe:\n{}",
+            probe.stderr
+        );
+        let floor = gb_arg(probe.u64(&["memory", "plan", "total"]));
+        let floor_args = ["--trunk", packed, "--mem-gb", floor.as_str()];
+        for (plan, extra) in [("resident", &[][..]), ("floor", &floor_args[..])] {
+            for full in [false, true] {
+                let mut a = ck.to_vec();
+                a.extend_from_slice(extra);
+                if full {
+                    a.push("--full-recompute");
+                }
+                let name = format!("{plan}_{chunk}_{}", if full { "full" } else { "inc" });
+                let r = go(&name, &a);
+                assert_eq!(
+                    r.hash(),
+                    base.hash(),
+                    "chunk {chunk}, {name}: logits differ"
+                );
+                assert_eq!(r.generated(), base.generated(), "chunk {chunk}, {name}");
+                if plan == "floor" {
+                    assert_eq!(r.u64(&["trunk", "pinned_layers"]), 0, "{name}");
+                }
+            }
+        }
+    }
+}
