@@ -19,22 +19,16 @@ killed after HARD_TIMEOUT.
 """
 
 import os
-import re
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
-import threading
-import time
 
 import anthropic
 import openai
 
+import k3server
+from k3server import MODEL, check
+
 HARD_TIMEOUT = 300
-SERVERS = []
-K3, MODEL_DIR = sys.argv[1], sys.argv[2]
-MODEL = os.path.basename(os.path.normpath(MODEL_DIR))
 # reasoning "Let me check.", content "Checking.", one call get_weather(city="Paris"); no end
 # id: the model goes on after the call, up to max_tokens
 TOOL_OPENING = (
@@ -75,72 +69,16 @@ TOOLS = [
 ]
 
 
-def watchdog():
-    def die():
-        print(f"FAILED: the script ran past its hard timeout of {HARD_TIMEOUT} s", flush=True)
-        for srv in SERVERS:
-            srv.p.kill()
-        os._exit(1)
-    t = threading.Timer(HARD_TIMEOUT, die)
-    t.daemon = True
-    t.start()
-
-
-class Server:
-    """`k3 serve MODEL_DIR --port 0 ARGS`, ready when /health says 200."""
+class Server(k3server.Server):
+    """A k3server.Server (no API key) with an `anthropic` client at its root and an `openai`
+    one at its /v1."""
 
     def __init__(self, args, env=None):
-        e = dict(os.environ)
-        e.pop("K3_API_KEY", None)
-        e.update(env or {})
-        self.p = subprocess.Popen(
-            [K3, "serve", MODEL_DIR, "--port", "0", *args],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            env=e, text=True)
-        SERVERS.append(self)
-        self.lines = []
-        self.url = None
-        got = threading.Event()
-
-        def read():
-            for line in self.p.stderr:
-                self.lines.append(line.rstrip("\n"))
-                m = re.search(r"listening on (http://\S+)", line)
-                if m:
-                    self.url = m.group(1)
-                    got.set()
-        threading.Thread(target=read, daemon=True).start()
-        if not got.wait(120):
-            self.stop()
-            sys.exit("k3 serve did not start:\n" + "\n".join(self.lines))
-        for _ in range(1200):
-            r = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
-                                self.url + "/health"], capture_output=True, text=True)
-            if r.stdout == "200":
-                break
-            time.sleep(0.1)
-        else:
-            self.stop()
-            sys.exit("k3 serve never became healthy")
+        super().__init__(args, env, unset=("K3_API_KEY",))
         self.client = anthropic.Anthropic(base_url=self.url, api_key="none", max_retries=0,
                                           timeout=120)
         self.openai = openai.OpenAI(base_url=self.url + "/v1", api_key="none",
                                     max_retries=0, timeout=120)
-
-    def stop(self, sig=signal.SIGTERM):
-        self.p.send_signal(sig)
-        try:
-            rc = self.p.wait(60)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            rc = self.p.wait()
-        return rc
-
-
-def check(cond, what):
-    if not cond:
-        sys.exit(f"FAILED: {what}")
-    print(f"ok: {what}")
 
 
 def loop(client):
@@ -193,7 +131,7 @@ def responses_continuation(srv):
 
 
 def main():
-    watchdog()
+    k3server.watchdog(HARD_TIMEOUT)
     cache = tempfile.mkdtemp(prefix="k3-agent-loop-")
     try:
         args = ["--ctx", "4096", "--threads", "1", "--prefix-cache", cache]
