@@ -4,8 +4,8 @@
 //! context check are `params`. Every refusal is an [`ApiError`] naming the field (`param`);
 //! the chat template's own refusals (TOKENIZER.md §10) name their path.
 
-mod convert;
 pub mod constraint;
+mod convert;
 mod fields;
 pub mod messages;
 mod params;

@@ -65,7 +65,7 @@ fn default_report_fits_in_twelve_lines_and_verbose_adds_the_steps() {
     assert_eq!(steps.len(), 16, "{verr}");
     assert!(steps[0].starts_with("step    1: token "), "{verr}");
     assert!(
-        verr.contains("prefill: 5 positions in 1 chunk of up to 64"),
+        verr.contains("prefill: 5 positions in 1 chunk of up to 5"),
         "{verr}"
     );
     let hash = |e: &str| {
