@@ -221,8 +221,19 @@ impl Conversation {
         if self.seq.is_none() {
             return encode(tok, &after);
         }
-        let before = render(&self.req, false)?;
-        if after.len() < before.len() || after[..before.len()] != before[..] {
+        // The response-format message (TOKENIZER.md §10 step 5) follows the messages: each
+        // turn's comes after that turn's new messages, and the earlier turns keep theirs in
+        // the ids they generated from. So the renderings are compared without it, and the
+        // new ids are the new messages, then this turn's response-format message and the
+        // generation prompt.
+        let bare = |r: &Request| Request {
+            response_format: None,
+            ..r.clone()
+        };
+        let before = render(&bare(&self.req), false)?;
+        let grown = render(&bare(&full), false)?;
+        let starts = |a: &[_], b: &[_]| a.len() >= b.len() && a[..b.len()] == b[..];
+        if !starts(&grown, &before) || !starts(&after, &grown) {
             return Err(Error::internal(
                 "chat: the conversation's rendering changed with the new messages",
             ));

@@ -156,13 +156,14 @@ pub(super) fn run(
             }
         }
     }
-    // (seed, greedy, has --stop strings) per input
-    let meta: BTreeMap<u64, (u64, bool, bool)> = items
+    // (seed, greedy, has --stop strings, constrained) per input
+    let meta: BTreeMap<u64, (u64, bool, bool, bool)> = items
         .iter()
         .map(|it| {
             let s = &it.opts.settings;
             let stops = !it.opts.rules.stop_texts().is_empty();
-            (it.index, (s.seed, s.is_greedy(), stops))
+            let constrained = !it.constraints.is_empty();
+            (it.index, (s.seed, s.is_greedy(), stops, constrained))
         })
         .collect();
     let mut next = 0u64;
@@ -194,14 +195,27 @@ pub(super) fn run(
                 spec.accepted += st.accepted;
                 spec.tokens += s.generated().len() as u64;
                 spec.verify_seconds += st.verify_seconds;
-                let (seed, greedy, stops) = meta.get(&i).copied().unwrap_or((0, true, false));
-                // without the stop string (TOKENIZER.md §9 lossy decode otherwise)
+                let (seed, greedy, stops, constrained) =
+                    meta.get(&i).copied().unwrap_or((0, true, false, false));
+                // without the stop string (TOKENIZER.md §9 lossy decode otherwise); under
+                // `--json-schema` without the end id that closes the JSON, as a single run
+                // prints it: the text is exactly the JSON
                 let text = match tok {
                     Some(_) if stops => {
                         s.finish_text();
                         Some(s.released_text().to_string())
                     }
-                    Some(t) => Some(t.decode_lossy(s.generated())?),
+                    Some(t) => {
+                        let mut ids = s.generated();
+                        if constrained {
+                            if let Some((last, head)) = ids.split_last() {
+                                if t.end_of_turn_ids().contains(last) {
+                                    ids = head;
+                                }
+                            }
+                        }
+                        Some(t.decode_lossy(ids)?)
+                    }
                     None => None,
                 };
                 result_line(&BatchResult {

@@ -69,8 +69,11 @@ pub const MESSAGES: Fields = Fields {
 
 /// A schema refusal as a 400 naming the field, the keyword's path and the keyword.
 fn refused(field: &str, e: &SchemaError) -> ApiError {
+    // the reply grammar's own paths already start at `tools.NAME…`: not prefixed twice
     let at = if e.path.is_empty() {
         field.to_string()
+    } else if e.path == field || e.path.starts_with(&format!("{field}.")) {
+        e.path.clone()
     } else {
         format!("{field}.{}", e.path)
     };
@@ -88,7 +91,8 @@ fn refused(field: &str, e: &SchemaError) -> ApiError {
 /// constraint can start inside — a response format is then refused, tools stay free.
 ///
 /// Errors (400): a schema the engine cannot enforce, naming the field and keyword; a
-/// response format with a prefill.
+/// response format with a prefill; a `tool_choice` that requires a call (`required`,
+/// Messages' `any`) with no tool declared, which no reply could satisfy.
 pub fn reply_constraints(
     req: &ChatRequest,
     thinking: bool,
@@ -97,6 +101,18 @@ pub fn reply_constraints(
     vocab: &VocabCell,
     f: &Fields,
 ) -> Result<Constraints, ApiError> {
+    let declared = |t: &Option<crate::json::Value>| {
+        t.as_ref()
+            .and_then(|v| v.as_array())
+            .is_some_and(|a| !a.is_empty())
+    };
+    let any_tool = declared(&req.tools) || req.messages.iter().any(|m| declared(&m.tools));
+    if req.tool_choice == crate::chat::ToolChoice::Required && !any_tool {
+        return Err(ApiError::invalid(
+            "tool_choice",
+            "requires a tool call, but the request declares no tools",
+        ));
+    }
     let spec = structured::reply_spec(req, thinking).map_err(|r| match r {
         Refused::Format(e) => refused(f.format, &e),
         Refused::Tool(i, e) => refused(&format!("tools[{i}].{}", f.tool), &e),
@@ -124,4 +140,40 @@ pub fn reply_constraints(
     })?;
     let c = constrain::reply(&spec, vocab.get(tok), &specials).map_err(|e| refused("tools", &e))?;
     Ok(Constraints::one(c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(path: &str) -> SchemaError {
+        SchemaError {
+            path: path.to_string(),
+            keyword: "type".to_string(),
+            message: "not an object schema".to_string(),
+        }
+    }
+
+    /// The reply grammar names a tool's schema from `tools.NAME.parameters` on: the field is
+    /// not put in front of it again (it read `tools.tools.f.parameters`).
+    #[test]
+    fn a_path_that_starts_at_the_field_is_not_prefixed_twice() {
+        assert_eq!(
+            refused("tools", &err("tools.f.parameters"))
+                .param
+                .as_deref(),
+            Some("tools.f.parameters")
+        );
+        assert_eq!(
+            refused("tools[0].function.parameters", &err("properties.a"))
+                .param
+                .as_deref(),
+            Some("tools[0].function.parameters.properties.a")
+        );
+        assert_eq!(refused("tools", &err("")).param.as_deref(), Some("tools"));
+        assert_eq!(
+            refused("tools", &err("toolsx")).param.as_deref(),
+            Some("tools.toolsx")
+        );
+    }
 }

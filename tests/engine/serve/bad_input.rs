@@ -286,3 +286,36 @@ fn a_read_failure_fails_its_request_with_500_and_the_server_stays_up() {
     assert_eq!(get(&s, "/health").status, 200);
     assert_eq!(get(&s, "/v1/models").status, 200);
 }
+
+/// A `tool_choice` that requires a call with no tool declared could never be satisfied (the
+/// constraint would have no call to start): 400 naming `tool_choice` in every API's shape,
+/// where it was accepted and answered with free text.
+#[test]
+fn a_required_tool_call_without_tools_is_refused() {
+    let s = start(&[], &[]);
+    let mut chat = chat_body("hi", 2, 1);
+    chat["tool_choice"] = json!("required");
+    let r = post(&s, "/v1/chat/completions", &chat);
+    let v = assert_error(&r, 400, Some("tool_choice"));
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("no tools"),
+        "{v}"
+    );
+    let msgs = json!({"model": "tiny-k3-text", "max_tokens": 2,
+        "messages": [{"role": "user", "content": "hi"}], "tool_choice": {"type": "any"}});
+    let r = post(&s, "/v1/messages", &msgs);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["type"], "error", "{}", r.text());
+    assert!(r.text().contains("tool_choice"), "{}", r.text());
+    let resp = json!({"model": "tiny-k3-text", "max_output_tokens": 2, "input": "hi",
+        "tool_choice": "required"});
+    let r = post(&s, "/v1/responses", &resp);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("tool_choice"), "{}", r.text());
+    // with a tool declared, the same choice is served
+    chat["tools"] = json!([{"type": "function", "function": {"name": "f",
+        "parameters": {"type": "object", "properties": {}}}}]);
+    chat["chat_template_kwargs"] = json!({"thinking": false});
+    chat["max_tokens"] = json!(40);
+    assert_eq!(post(&s, "/v1/chat/completions", &chat).status, 200);
+}

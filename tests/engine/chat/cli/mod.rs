@@ -12,6 +12,7 @@ mod refusals;
 mod replies;
 mod session;
 mod spec;
+mod structured;
 mod terminal;
 
 use crate::support::{fixture, k3, scratch_dir};
