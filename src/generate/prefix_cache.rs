@@ -463,16 +463,7 @@ fn scan(path: &Path, len: u64, id: &StateIdentity) -> Result<Scan> {
             id.weights_tag
         )));
     }
-    let dims = [
-        id.n_layers,
-        id.n_kda,
-        id.n_mla,
-        id.hk,
-        id.dk,
-        id.kc,
-        id.mla_row,
-        id.canonical.len() as u32,
-    ];
+    let dims = id.dims();
     if (0..8).any(|k| u32_at(24 + 4 * k) != dims[k]) || u32_at(12) as u64 != id.header_len() {
         return Ok(Scan::Damaged(
             "header fields differ from the model's".into(),

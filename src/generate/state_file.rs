@@ -89,6 +89,21 @@ impl StateIdentity {
         3 * (self.kc as u64).saturating_sub(1) * self.hk as u64 * self.dk as u64
     }
 
+    /// The eight u32 dimensions of the header in file order, from offset 24 (FORMATS.md §9.2):
+    /// layers, KDA layers, MLA layers, hk, dk, kc, the MLA row, canon_len.
+    pub fn dims(&self) -> [u32; 8] {
+        [
+            self.n_layers,
+            self.n_kda,
+            self.n_mla,
+            self.hk,
+            self.dk,
+            self.kc,
+            self.mla_row,
+            self.canonical.len() as u32,
+        ]
+    }
+
     /// header_len: 136 + canon_len rounded up to a multiple of 8.
     pub fn header_len(&self) -> u64 {
         (FIXED_HEADER + self.canonical.len() as u64).div_ceil(8) * 8
@@ -204,17 +219,7 @@ fn header_bytes(id: &StateIdentity, st: &SequenceState) -> Vec<u8> {
     h.extend_from_slice(&VERSION.to_le_bytes());
     h.extend_from_slice(&(id.header_len() as u32).to_le_bytes());
     h.extend_from_slice(&id.fingerprint().to_le_bytes());
-    let canon_len = id.canonical.len() as u32;
-    for v in [
-        id.n_layers,
-        id.n_kda,
-        id.n_mla,
-        id.hk,
-        id.dk,
-        id.kc,
-        id.mla_row,
-        canon_len,
-    ] {
+    for v in id.dims() {
         h.extend_from_slice(&v.to_le_bytes());
     }
     let s = &st.sampler;

@@ -113,9 +113,10 @@ pub fn plan_with_chunk(
     Ok(rp)
 }
 
-/// The largest n in 1..=`most` with `fit(n)`, by bisection (`fit` monotone), or `None` when
-/// `fit(1)` is false.
-fn largest_fitting(most: usize, fit: &dyn Fn(usize) -> bool) -> Option<usize> {
+/// The largest n in 1..=`most` with `fit(n)`, by bisection (`fit` monotone: true up to some
+/// n, false after), or `None` when `fit(1)` is false. Used for the prefill chunk and by the
+/// CLI's searches for the most sequences a budget holds.
+pub fn largest_fitting(most: usize, fit: &dyn Fn(usize) -> bool) -> Option<usize> {
     if !fit(1) {
         return None;
     }

@@ -27,7 +27,9 @@ pub use budget::{
     gb_to_bytes, preset, presets_text, Budget, Preset, AUTO_MARGIN_MIN, AUTO_MARGIN_SHARE, GB,
     PRESETS,
 };
-pub use chunk::{passes, plan_with_chunk, prefill_slice, ChunkPlan, SESSION_CHUNK};
+pub use chunk::{
+    largest_fitting, passes, plan_with_chunk, prefill_slice, ChunkPlan, SESSION_CHUNK,
+};
 pub use join::join_slice;
 pub use shortfall::{Limit, Refusal, Shortfall};
 pub use sizes::{

@@ -10,8 +10,8 @@ use crate::cli::tokenize::tokenizer_dir;
 use crate::error::{Error, Result};
 use crate::model::Exec;
 use crate::plan::{
-    gb, layer_list, plan_run, plan_with_chunk, Limit, ModelSizes, Refusal, RunPlan, RunShape,
-    Shortfall,
+    gb, largest_fitting, layer_list, plan_run, plan_with_chunk, Limit, ModelSizes, Refusal,
+    RunPlan, RunShape, Shortfall,
 };
 use crate::report::RunReport;
 use crate::stream::pieces::pieces_text;
@@ -135,27 +135,6 @@ pub(super) fn largest_ctx(c: &PlanInputs<'_>, sequences: usize) -> Result<usize>
             .map(|_| 1)
             .map_err(|e| e.into_error(|s| advice(c.req, s))),
     }
-}
-
-/// The largest n in 1..=`most` with `fit(n)`, by bisection (`fit` monotone: true up to some
-/// n, false after), or `None` when `fit(1)` is false.
-fn largest_fitting(most: usize, fit: &dyn Fn(usize) -> bool) -> Option<usize> {
-    if !fit(1) {
-        return None;
-    }
-    let (mut lo, mut hi) = (1usize, most.max(1));
-    if fit(hi) {
-        return Some(hi);
-    }
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if fit(mid) {
-            lo = mid
-        } else {
-            hi = mid
-        }
-    }
-    Some(lo)
 }
 
 /// The sizes the planner needs for `par` sequences decoding together (each with its KDA
